@@ -1,0 +1,298 @@
+"""Every JAX-version-specific detail inplace_jax relies on, in one place.
+
+The rest of the package imports JAX internals only through this module. When JAX
+renames a primitive or moves a helper, this is the file to change, and the
+`tests/test_compat.py` checks say which assumption broke (a walker that silently
+stops finding, say, nested jits is the failure mode this module exists to prevent).
+
+Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jaxlib
+from jax._src import core as _core
+from jax._src import source_info_util as _siu
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.lax import lax as _lax
+from jax._src.lax import slicing as _slicing
+from jax._src.lax.control_flow import conditionals as _conditionals
+from jax._src.lax.control_flow import loops as _loops
+
+JAX_VERSION: str = jax.__version__
+JAXLIB_VERSION: str = jaxlib.__version__
+
+# --------------------------------------------------------------------------- core
+
+Var = _core.Var
+Literal = _core.Literal
+DropVar = _core.DropVar
+Jaxpr = _core.Jaxpr
+ClosedJaxpr = _core.ClosedJaxpr
+JaxprEqn = _core.JaxprEqn
+Primitive = _core.Primitive
+ShapedArray = _core.ShapedArray
+no_effects = _core.no_effects
+new_jaxpr_eqn = _core.new_jaxpr_eqn
+check_jaxpr = _core.check_jaxpr
+jaxpr_as_fun = _core.jaxpr_as_fun
+dce_jaxpr = _pe.dce_jaxpr
+convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
+
+
+def new_var(aval: Any) -> Var:
+  """A fresh jaxpr variable of the given abstract value."""
+  return _core.Var(aval)
+
+
+def is_drop_var(v: Any) -> bool:
+  return isinstance(v, _core.DropVar)
+
+
+def is_literal(v: Any) -> bool:
+  return isinstance(v, _core.Literal)
+
+
+# --------------------------------------------------------------------------- primitives
+# Dispatch is on primitive objects, never on names (see STYLE.md: kfac-jax broke when
+# `pjit` became `jit`).
+
+dynamic_update_slice_p = _slicing.dynamic_update_slice_p
+dynamic_slice_p = _slicing.dynamic_slice_p
+gather_p = _slicing.gather_p
+scatter_p = _slicing.scatter_p
+scatter_add_p = _slicing.scatter_add_p
+scatter_sub_p = _slicing.scatter_sub_p
+scatter_mul_p = _slicing.scatter_mul_p
+scatter_min_p = _slicing.scatter_min_p
+scatter_max_p = _slicing.scatter_max_p
+optimization_barrier_p = _lax.optimization_barrier_p
+copy_p = _lax.copy_p
+convert_element_type_p = _lax.convert_element_type_p
+select_n_p = _lax.select_n_p
+reshape_p = _lax.reshape_p
+squeeze_p = _lax.squeeze_p
+
+while_p = _loops.while_p
+scan_p = _loops.scan_p
+cond_p = _conditionals.cond_p
+
+from jax._src.pjit import jit_p  # noqa: E402
+from jax._src.ad_checkpoint import remat_p  # noqa: E402
+from jax._src.custom_derivatives import custom_jvp_call_p, custom_vjp_call_p  # noqa: E402
+
+closed_call_p = _core.closed_call_p
+core_call_p = _core.call_p
+
+try:  # shard_map moved between modules over JAX versions.
+  from jax._src.shard_map import shard_map_p  # noqa: E402
+except ImportError:  # pragma: no cover - other JAX versions
+  shard_map_p = None
+
+SCATTER_PRIMITIVES = (scatter_p, scatter_add_p, scatter_sub_p, scatter_mul_p,
+                      scatter_min_p, scatter_max_p)
+
+# Primitives whose result XLA computes elementwise from same-shaped operands, so the
+# result may reuse an operand's buffer. Used to recognise whole-buffer updates such as
+# `A - outer(l, u)`.
+_ELEMENTWISE_NAMES = (
+    "abs add and atan2 cbrt ceil clamp cos cosh div exp exp2 expm1 floor imag integer_pow "
+    "is_finite log log1p logistic max min mul ne eq ge gt le lt neg nextafter not or pow "
+    "real rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor "
+    "convert_element_type erf erfc erf_inv lgamma digamma shift_left "
+    "shift_right_logical shift_right_arithmetic population_count clz conj asin acos atan "
+    "asinh acosh atanh reduce_precision"
+).split()
+
+
+def _elementwise_primitives() -> frozenset:
+  found = set()
+  for mod in (_lax, jax.lax):
+    for name in _ELEMENTWISE_NAMES:
+      p = getattr(mod, name + "_p", None)
+      if isinstance(p, _core.Primitive):
+        found.add(p)
+  return frozenset(found)
+
+
+ELEMENTWISE_PRIMITIVES: frozenset = _elementwise_primitives()
+
+# --------------------------------------------------------------------------- sub-jaxprs
+
+
+def call_jaxpr_param(eqn: JaxprEqn) -> str | None:
+  """The params key holding a call-like primitive's body, inputs mapped one to one."""
+  p = eqn.primitive
+  if p is jit_p or p is remat_p:
+    return "jaxpr"
+  if p is custom_jvp_call_p or p is custom_vjp_call_p:
+    return "call_jaxpr"
+  if p is closed_call_p or p is core_call_p:
+    return "call_jaxpr"
+  return None
+
+
+def jaxprs_in_params(params: dict) -> list[str]:
+  """Keys of params that hold (closed or open) jaxprs, or sequences of them."""
+  keys = []
+  for k, v in params.items():
+    if isinstance(v, (_core.Jaxpr, _core.ClosedJaxpr)):
+      keys.append(k)
+    elif isinstance(v, (tuple, list)) and v and all(
+        isinstance(x, (_core.Jaxpr, _core.ClosedJaxpr)) for x in v):
+      keys.append(k)
+  return keys
+
+
+# --------------------------------------------------------------------------- source info
+
+
+def source_summary(eqn: JaxprEqn) -> str:
+  """`file:line (function)` of the user frame that created `eqn`."""
+  return _siu.summarize(eqn.source_info)
+
+
+def user_frame(eqn: JaxprEqn):
+  """The innermost user frame of `eqn` (file_name, start_line, function_name) or None."""
+  return _siu.user_frame(eqn.source_info.traceback)
+
+
+def new_source_info():
+  return _siu.new_source_info()
+
+
+# --------------------------------------------------------------------------- state
+
+
+def discharge_refs(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
+  """Turns mutable refs created inside `jaxpr` into values."""
+  from jax._src.state.discharge import discharge_state
+  return discharge_state(jaxpr, consts)
+
+
+def has_ref_effects(jaxpr: Jaxpr) -> bool:
+  from jax._src.state import types as _state_types
+  return any(isinstance(e, _state_types.RefEffect) for e in jaxpr.effects) or any(
+      isinstance(getattr(v, "aval", None), _state_types.AbstractRef)
+      for v in jaxpr.invars)
+
+
+# --------------------------------------------------------------------------- jit
+
+def jit_cache_size(jitted: Any) -> int:
+  """Number of compiled entries in a `jax.jit` object's C++ dispatch cache."""
+  return jitted._cache_size()
+
+
+# --------------------------------------------------------------------------- compile options
+# CPU erases optimization barriers (pass `cse_barrier_expander`) before copy insertion,
+# so the order they express is lost and copies come back (FINDINGS.md). Keeping the
+# pass disabled lets barriers reach copy insertion. On GPU the expander runs after
+# scheduling, so nothing is needed.
+_BARRIER_EXPANDER_PASS = "cse_barrier_expander"
+
+
+def backend_compiler_options(platform: str) -> dict[str, Any]:
+  if platform == "cpu":
+    return {"xla_disable_hlo_passes": _BARRIER_EXPANDER_PASS}
+  return {}
+
+
+def merge_compiler_options(ours: dict[str, Any],
+                           user: dict[str, Any] | None) -> dict[str, Any]:
+  """User options win, except `xla_disable_hlo_passes`, whose lists are joined."""
+  merged = dict(ours)
+  for k, v in (user or {}).items():
+    if k == "xla_disable_hlo_passes" and k in merged:
+      passes = [p for p in str(merged[k]).split(",") if p]
+      passes += [p for p in str(v).split(",") if p and p not in passes]
+      merged[k] = ",".join(passes)
+    else:
+      merged[k] = v
+  return merged
+
+
+def as_weak_type(x):
+  """`x` with a weakly-typed dtype, as JAX gives Python scalars."""
+  return _lax._convert_element_type(x, x.dtype, weak_type=True)
+
+
+# --------------------------------------------------------------------------- inspector
+# Private attributes of `jax.stages.Compiled` the copy inspector reads (jax 0.10.2). Each
+# accessor returns None when the attribute is gone, and the inspector then falls back to
+# what the HLO text says (see `_check._donations`).
+
+
+def compiled_kept_var_idx(compiled: Any) -> frozenset[int] | None:
+  """Indices of the flat inputs (constants first, then argument leaves) that survived
+  JAX's pruning of unused arguments; the HLO has one parameter per kept index, in order."""
+  try:
+    return frozenset(int(i) for i in compiled._executable._kept_var_idx)
+  except (AttributeError, TypeError):
+    return None
+
+
+def compiled_num_const_args(compiled: Any) -> int:
+  """Constants JAX hoisted into leading HLO parameters (0 unless
+  `jax_use_simplified_jaxpr_constants` is on)."""
+  try:
+    return len(compiled._params.const_args)
+  except (AttributeError, TypeError):
+    return 0
+
+
+def compiled_arg_names(compiled: Any) -> tuple[str, ...] | None:
+  """Names of all flat inputs before pruning, as JAX writes them in parameter
+  `op_name` metadata ("x", "state['cache']"); "" for hoisted constants."""
+  try:
+    names = compiled._executable._all_args_info.debug_info.arg_names
+  except AttributeError:
+    return None
+  return tuple(str(n) for n in names) if names is not None else None
+
+
+def compiled_platform(compiled: Any) -> str | None:
+  """Platform ("cpu", "cuda", "tpu", ...) the program was compiled for."""
+  try:
+    return str(compiled.runtime_executable().client.platform)
+  except Exception:  # noqa: BLE001 - any failure: try the shardings instead
+    pass
+  try:
+    for s in jax.tree_util.tree_leaves(compiled.input_shardings):
+      for d in s.device_set:
+        return str(d.platform)
+  except Exception:  # noqa: BLE001
+    pass
+  return None
+
+
+def arg_info_aval(info: Any) -> Any:
+  """The abstract value of a `jax.stages.ArgInfo` (a private field in 0.10.2)."""
+  aval = getattr(info, "aval", None)
+  return aval if aval is not None else getattr(info, "_aval", None)
+
+
+eval_jaxpr = _core.eval_jaxpr
+
+
+def checks_enabled() -> bool:
+  return bool(jax.config.jax_enable_checks)
+
+
+def resolve_argnums(fun, donate_argnums, donate_argnames, static_argnums,
+                    static_argnames):
+  """(donate_argnums, donate_argnames, static_argnums, static_argnames), completed and
+  validated against `fun`'s signature exactly as `jax.jit` does."""
+  from jax._src import api_util
+  sig = api_util.fun_signature(fun)
+  return api_util.resolve_argnums(fun, sig, donate_argnums, donate_argnames,
+                                  static_argnums, static_argnames)
+
+
+def resolve_donation(fun, donate_argnums, donate_argnames):
+  nums, names, _, _ = resolve_argnums(fun, donate_argnums, donate_argnames, None,
+                                      None)
+  return nums, names

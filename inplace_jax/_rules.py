@@ -1,0 +1,424 @@
+"""Per-primitive knowledge: which operands an equation updates in place, and how.
+
+Each primitive that matters has an *analysis rule* (pure: equation in, `EqnInfo`
+out) registered in `analysis_rules`, and, where the rewrite must do more than copy
+the equation, a *rewrite rule* in `rewrite_rules`. Built-in registrations are in one
+block at the end of this file. Where is scatter-add handled? `_scatter_rule` (what
+it updates, whether it can be split) and `split_rmw` (the split itself).
+
+Primitives with no rule: elementwise ones get `_elementwise_rule`; any other
+primitive that carries jaxprs in its params gets `_opaque_rule`, which treats it as a
+read of every buffer it is given and records a conflict, so nothing is skipped
+silently. Everything else is a plain read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+
+from . import _compat as C
+from ._plan import (
+    Conflict, EqnInfo, InplaceUse, NOT_IN_PLACE_CARRY, OPAQUE_PRIMITIVE, Plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a rule may know besides the equation."""
+  in_loop: bool
+  # analyze(jaxpr, buffers, in_loop) -> Plan, for sub-jaxprs.
+  analyze: Callable[[Any, Sequence[bool], bool], Plan]
+
+
+# Arrays smaller than this are not worth sequencing unless the user donated them:
+# copying them costs less than the fusion a barrier prevents (FINDINGS.md measured a
+# barrier in a hot loop body at 20x), and the inspector's default threshold matches.
+MIN_BUFFER_BYTES = 1024
+
+
+def is_big(aval) -> bool:
+  try:
+    return int(aval.size) * aval.dtype.itemsize >= MIN_BUFFER_BYTES
+  except (AttributeError, TypeError):
+    return False
+
+
+AnalysisRule = Callable[[C.JaxprEqn, Sequence[bool], Context], EqnInfo]
+analysis_rules: dict[C.Primitive, AnalysisRule] = {}
+
+
+def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[bool], ctx: Context) -> EqnInfo:
+  """The analysis of one equation; `is_version[i]` says invar i is a buffer version."""
+  if not any(is_version) and not C.jaxprs_in_params(eqn.params):
+    return EqnInfo()
+  rule = analysis_rules.get(eqn.primitive)
+  if rule is not None:
+    return rule(eqn, is_version, ctx)
+  if eqn.primitive in C.ELEMENTWISE_PRIMITIVES:
+    return _elementwise_rule(eqn, is_version, ctx)
+  if C.jaxprs_in_params(eqn.params):
+    return _opaque_rule(eqn, is_version, ctx)
+  return EqnInfo()
+
+
+def _same_type(a, b) -> bool:
+  return (getattr(a, "shape", None) == getattr(b, "shape", None)
+          and getattr(a, "dtype", None) == getattr(b, "dtype", None))
+
+
+# --------------------------------------------------------------------------- updates
+
+
+def _dus_rule(eqn, is_version, ctx):
+  del ctx
+  if not is_version[0]:
+    return EqnInfo()
+  return EqnInfo(uses=(InplaceUse(0, 0),), forwards_reads=True)
+
+
+# Read-modify-write scatters whose combiner is one exact IEEE operation, applied as
+# combiner(old, update): splitting them into gather -> combiner -> scatter gives
+# bit-identical results. (`.at[].apply` is a `scatter` with an arbitrary update
+# jaxpr; it is not split, since a vectorised transcendental need not match XLA's
+# scalar one bit for bit.)
+_RMW_COMBINERS: dict[C.Primitive, Any] = {
+    C.scatter_add_p: lax.add,
+    C.scatter_sub_p: lax.sub,
+    C.scatter_mul_p: lax.mul,
+    C.scatter_min_p: lax.min,
+    C.scatter_max_p: lax.max,
+}
+
+
+def _scatter_rule(eqn, is_version, ctx):
+  del ctx
+  if not is_version[0]:
+    return EqnInfo()
+  # A scatter-add with indices that may repeat must keep its accumulation, so only
+  # unique-index read-modify-writes are split.
+  splittable = (eqn.primitive in _RMW_COMBINERS
+                and bool(eqn.params.get("unique_indices"))
+                and not eqn.params.get("update_consts"))
+  return EqnInfo(uses=(InplaceUse(0, 0),), forwards_reads=True,
+                 splittable=splittable)
+
+
+def _elementwise_rule(eqn, is_version, ctx):
+  del ctx
+  out = eqn.outvars[0].aval
+  for i, (v, ver) in enumerate(zip(eqn.invars, is_version, strict=True)):
+    if ver and _same_type(v.aval, out):
+      return EqnInfo(uses=(InplaceUse(i, 0, strong=False),))
+  return EqnInfo()
+
+
+def _barrier_rule(eqn, is_version, ctx):
+  del ctx
+  uses = tuple(InplaceUse(i, i) for i, ver in enumerate(is_version) if ver)
+  return EqnInfo(uses=uses)
+
+
+def _opaque_rule(eqn, is_version, ctx):
+  del ctx
+  if not any(is_version):
+    return EqnInfo()
+  return EqnInfo(conflicts=(Conflict(
+      OPAQUE_PRIMITIVE,
+      f"primitive '{eqn.primitive}' carries jaxprs inplace_jax does not know how to "
+      "sequence; it is treated as reading every buffer it is given, and updates "
+      "inside it are left as they are",
+      update=C.source_summary(eqn)),))
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def _as_jaxpr(j) -> Any:
+  return j.jaxpr if isinstance(j, C.ClosedJaxpr) else j
+
+
+def _call_rule(eqn, is_version, ctx):
+  key = C.call_jaxpr_param(eqn)
+  inner = _as_jaxpr(eqn.params[key])
+  if len(inner.invars) != len(eqn.invars):
+    return _opaque_rule(eqn, is_version, ctx)
+  plan = ctx.analyze(inner, is_version, ctx.in_loop)
+  uses = tuple(InplaceUse(i, o, strong=plan.strong_flows[i])
+               for i, o in enumerate(plan.flows) if o is not None and is_version[i])
+  return EqnInfo(uses=uses, subplans=(((key, None), plan),), forwards_reads=True)
+
+
+# --------------------------------------------------------------------------- loops
+
+
+def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
+  out = []
+  for j in range(n_carry):
+    i = first_carry + j
+    if is_version[i] and plan.flows[i] != j:
+      out.append(Conflict(
+          NOT_IN_PLACE_CARRY,
+          f"loop carry {j} ({eqn.invars[i].aval.str_short()}) is not updated in "
+          "place by the loop body: its last version is not what the body returns "
+          "for that carry, so XLA copies it every iteration",
+          update=C.source_summary(eqn)))
+  return tuple(out)
+
+
+def _while_rule(eqn, is_version, ctx):
+  cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+  # Every sizeable carry is a buffer inside the body, donated or not: the loop owns
+  # its carry buffers, and a copy there runs every iteration.
+  carry = [c or is_big(v.aval) for c, v in zip(is_version[cn + bn:],
+                                                eqn.invars[cn + bn:], strict=True)]
+  body = eqn.params["body_jaxpr"].jaxpr
+  mask = [False] * bn + carry
+  plan = ctx.analyze(body, mask, True)
+  uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
+               if is_version[cn + bn + j] and plan.flows[bn + j] == j)
+  return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
+                 conflicts=_carry_conflicts(eqn, plan, bn, len(carry), mask))
+
+
+def _scan_rule(eqn, is_version, ctx):
+  nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
+  body = eqn.params["jaxpr"].jaxpr
+  carry = [c or is_big(v.aval) for c, v in zip(is_version[nc:nc + nk],
+                                                eqn.invars[nc:nc + nk], strict=True)]
+  mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
+  # XLA unrolls a loop of one trip into straight-line code.
+  in_loop = ctx.in_loop or eqn.params["length"] > 1
+  plan = ctx.analyze(body, mask, in_loop)
+  uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
+               if is_version[nc + j] and plan.flows[nc + j] == j)
+  return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),),
+                 conflicts=_carry_conflicts(eqn, plan, nc, nk, mask))
+
+
+# --------------------------------------------------------------------------- cond
+
+
+def _zero_initialisable(aval) -> bool:
+  try:
+    return np.dtype(aval.dtype).kind in "biufc" or aval.dtype == jax.numpy.bfloat16
+  except TypeError:  # extended dtypes (PRNG keys) have no numpy equivalent
+    return False
+
+
+def cond_carries(eqn, plans) -> list[tuple[int, int]]:
+  """(operand, output) pairs a lowered conditional carries through its loops.
+
+  Operand i is carried to output o when some branch updates operand i in place and
+  returns it as output o, and no branch returns it (updated or not) elsewhere.
+  """
+  ops = eqn.invars[1:]
+  pairs = []
+  taken = set()
+  for i in range(len(ops)):
+    targets = {p.flows[i] for p in plans if p.flows[i] is not None}
+    updated = any(p.flows[i] is not None and p.jaxpr.outvars[p.flows[i]]
+                  is not p.jaxpr.invars[i] for p in plans)
+    if len(targets) == 1 and updated:
+      o = targets.pop()
+      if o not in taken and ops[i].aval == eqn.outvars[o].aval:
+        taken.add(o)
+        pairs.append((i, o))
+  return pairs
+
+
+def _cond_rule(eqn, is_version, ctx):
+  branches = eqn.params["branches"]
+  mask = list(is_version[1:])
+  plans = [ctx.analyze(b.jaxpr, mask, ctx.in_loop) for b in branches]
+  pairs = cond_carries(eqn, plans)
+  subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
+  # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
+  # `lax.cond`) returns the buffers untouched is already copy-free once reads are
+  # tied before it; lowering it to loops would only cost speed.
+  keeps_in_place = len(plans) == 2 and all(
+      _passes_through(plans[0], i, o) for i, o in pairs)
+  lower = bool(pairs) and not keeps_in_place and _can_lower_cond(eqn)
+  uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
+  return EqnInfo(uses=uses, subplans=subplans, lower_cond=lower,
+                 cond_carries=tuple(pairs))
+
+
+def _passes_through(plan, i: int, o: int) -> bool:
+  return plan.jaxpr.outvars[o] is plan.jaxpr.invars[i]
+
+
+def _can_lower_cond(eqn) -> bool:
+  if any(b.effects for b in eqn.params["branches"]):
+    return False  # keep effects where they were; the conditional stays
+  return all(_zero_initialisable(v.aval) for v in eqn.outvars)
+
+
+# --------------------------------------------------------------------------- rewrite
+# Builders that turn one equation into several. Each traces a small JAX function
+# with `jax.make_jaxpr` and splices its equations in place of the original, giving
+# them the original's source information so the HLO still points at the user's line.
+
+def trace_eqns(fn, in_atoms: Sequence[Any], like: C.JaxprEqn
+               ) -> tuple[list[C.JaxprEqn], list[Any]]:
+  """Equations computing `fn(*in_atoms)`, and the atoms holding its outputs."""
+  avals = [a.aval for a in in_atoms]
+  closed = jax.make_jaxpr(fn)(*[jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                for a in avals])
+  jaxpr = closed.jaxpr
+  if closed.consts:
+    raise AssertionError("inplace_jax internal error: a spliced helper closed over "
+                         "constants; please report this with the function you used.")
+  subst = dict(zip(jaxpr.invars, in_atoms, strict=True))
+  eqns = []
+  for e in jaxpr.eqns:
+    invars = [subst.get(v, v) if not C.is_literal(v) else v for v in e.invars]
+    eqns.append(e.replace(invars=invars, source_info=like.source_info,
+                          ctx=like.ctx))
+  outs = [subst.get(v, v) if not C.is_literal(v) else v for v in jaxpr.outvars]
+  return eqns, outs
+
+
+def split_rmw_read(eqn: C.JaxprEqn, operand, indices
+                   ) -> tuple[list[C.JaxprEqn], Any]:
+  """The gather that reads what a read-modify-write scatter is about to modify."""
+  p = eqn.params
+  dn = p["dimension_numbers"]
+  updates_aval = eqn.invars[2].aval
+  window = [d for d in range(operand.aval.ndim)
+            if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims]
+  slice_sizes = [1] * operand.aval.ndim
+  for d, u in zip(window, dn.update_window_dims, strict=True):
+    slice_sizes[d] = updates_aval.shape[u]
+  gdn = lax.GatherDimensionNumbers(
+      offset_dims=tuple(dn.update_window_dims),
+      collapsed_slice_dims=tuple(dn.inserted_window_dims),
+      start_index_map=tuple(dn.scatter_dims_to_operand_dims),
+      operand_batching_dims=tuple(dn.operand_batching_dims),
+      start_indices_batching_dims=tuple(dn.scatter_indices_batching_dims))
+
+  def read(x, idx):
+    return lax.gather(x, idx, gdn, tuple(slice_sizes),
+                      indices_are_sorted=p["indices_are_sorted"],
+                      unique_indices=p["unique_indices"], mode=p["mode"])
+
+  eqns, (old,) = trace_eqns(read, [operand, indices], eqn)
+  if old.aval.shape != updates_aval.shape:
+    raise AssertionError("inplace_jax internal error: gather/scatter shapes differ "
+                         f"({old.aval.shape} vs {updates_aval.shape}); please report.")
+  return eqns, old
+
+
+def split_rmw_write(eqn: C.JaxprEqn, operand, indices, updates, old
+                    ) -> list[C.JaxprEqn]:
+  """combiner(old, updates) written back by a plain scatter into `operand`."""
+  combine = _RMW_COMBINERS[eqn.primitive]
+  eqns, (new,) = trace_eqns(combine, [old, updates], eqn)
+  params = dict(eqn.params, update_jaxpr=None, update_consts=())
+  write = eqn.replace(primitive=C.scatter_p, invars=[operand, indices, new],
+                      params=params)
+  return eqns + [write]
+
+
+def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
+               pairs: Sequence[tuple[int, int]], invars: Sequence[Any]
+               ) -> list[C.JaxprEqn]:
+  """A `cond`/`switch` as a chain of while loops of zero or one trip each.
+
+  XLA cannot order a write inside a conditional's branch against reads outside it,
+  so a branch that updates a buffer leaves a full copy on CPU whatever the barriers
+  (FINDINGS.md), and which branch sits first decides whether the copy appears at all
+  (jax#16661, #39449). A while loop carries its buffers in place. Branch k becomes
+  the body of loop k, entered iff the index is k; the buffers in `pairs` are carried
+  through the loops and every other output is carried from a zero initial value. The
+  branch bodies are used as they are, so the values are exactly the branch's.
+  """
+  index, ops = invars[0], list(invars[1:])
+  carried_in = [i for i, _ in pairs]
+  carried_out = [o for _, o in pairs]
+  other_out = [o for o in range(len(eqn.outvars)) if o not in carried_out]
+  const_ops = [i for i in range(len(ops)) if i not in carried_in]
+  out_avals = [v.aval for v in eqn.outvars]
+
+  new_eqns: list[C.JaxprEqn] = []
+
+  def zeros():
+    def make():
+      return [_zeros(out_avals[o]) for o in other_out]
+    eqns, outs = trace_eqns(make, [], eqn)
+    new_eqns.extend(eqns)
+    return outs
+
+  carry = [ops[i] for i in carried_in] + zeros()
+  for k, branch in enumerate(branches):
+    if not other_out and all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
+                             for i, o in pairs):
+      continue  # this branch leaves every carried buffer as it is: nothing to run
+    flag_eqns, (flag,) = trace_eqns(
+        lambda i, k=k: (i == k).astype(np.int32), [index], eqn)
+    new_eqns.extend(flag_eqns)
+    body = _branch_as_body(branch, const_ops, carried_in, carried_out, other_out)
+    cond = _flag_cond(len(carry), [a.aval for a in carry])
+    outvars = [C.new_var(flag.aval)] + [C.new_var(a.aval) for a in carry]
+    new_eqns.append(C.new_jaxpr_eqn(
+        [ops[i] for i in const_ops] + [flag] + carry, outvars, C.while_p,
+        dict(cond_jaxpr=cond, body_jaxpr=body, cond_nconsts=0,
+             body_nconsts=len(const_ops)),
+        C.no_effects, eqn.source_info, eqn.ctx))
+    carry = outvars[1:]
+  # Bind the conditional's own output variables, so later equations need no renaming.
+  last = new_eqns[-1]
+  new_eqns[-1] = last.replace(outvars=[last.outvars[0]] + [
+      eqn.outvars[o] for o in carried_out + other_out])
+  return new_eqns
+
+
+def _zeros(aval):
+  z = lax.full(aval.shape, 0, aval.dtype)
+  if getattr(aval, "weak_type", False):
+    z = C.as_weak_type(z)
+  return z
+
+
+def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
+  def cond(flag, *carry):
+    del carry
+    return flag > 0
+  shapes = [jax.ShapeDtypeStruct((), np.int32)] + [
+      jax.ShapeDtypeStruct(a.shape, a.dtype) for a in carry_avals]
+  closed = jax.make_jaxpr(cond)(*shapes)
+  assert len(closed.jaxpr.invars) == n_carry + 1
+  return closed
+
+
+def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
+                    other_out) -> C.ClosedJaxpr:
+  j = branch.jaxpr
+  flag = C.new_var(C.ShapedArray((), np.dtype(np.int32)))
+  dummies = [C.new_var(j.outvars[o].aval) for o in other_out]
+  invars = [j.invars[i] for i in const_ops] + [flag] + [
+      j.invars[i] for i in carried_in] + dummies
+  zero = C.Literal(np.int32(0), C.ShapedArray((), np.dtype(np.int32)))
+  outvars = [zero] + [j.outvars[o] for o in carried_out] + [
+      j.outvars[o] for o in other_out]
+  body = C.Jaxpr(j.constvars, invars, outvars, j.eqns, j.effects, j.debug_info)
+  return C.ClosedJaxpr(body, branch.consts)
+
+
+# --------------------------------------------------------------------------- registry
+
+for _p in (C.dynamic_update_slice_p,):
+  analysis_rules[_p] = _dus_rule
+for _p in C.SCATTER_PRIMITIVES:
+  analysis_rules[_p] = _scatter_rule
+analysis_rules[C.optimization_barrier_p] = _barrier_rule
+for _p in (C.jit_p, C.remat_p, C.custom_jvp_call_p, C.custom_vjp_call_p,
+           C.closed_call_p, C.core_call_p):
+  analysis_rules[_p] = _call_rule
+analysis_rules[C.while_p] = _while_rule
+analysis_rules[C.scan_p] = _scan_rule
+analysis_rules[C.cond_p] = _cond_rule
