@@ -118,7 +118,8 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
         cand.append(False)
         continue
       consumers.setdefault(v, []).append((k, pos))
-      cand.append(v in versions or (v in producer and _rules.is_big(v.aval)))
+      cand.append(v in versions or (v in producer and _rules.is_big(v.aval)
+                                    and _rules.can_root(eqns[producer[v]])))
     info = _rules.eqn_info(eqn, cand, ctx)
     kept = []
     for use in info.uses:
@@ -265,17 +266,28 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
       # The user's own barrier is the ordering; reads it ties need nothing more.
       reads = [r for r in reads
                if not any(w in ueqn.invars for w in eqns[r].outvars)]
+    if p is not None and not _cut_safe_var(eqns[p], v):
+      # A barrier right after arithmetic could change rounding: this version's
+      # reads stay as they were (values exact, XLA may copy).
+      continue
     if in_loop and use.strong:
       private = _private_ancestors(eqns, u, consumers, producer, outvar_set)
       tied = [r for r in reads if r not in private]
       after_pre.setdefault(u, set()).update(r for r in reads if r in private)
     else:
       tied = reads
+    tied = [r for r in tied
+            if all(_cut_safe_var(eqns[r], w) for w in eqns[r].outvars
+                   if not C.is_drop_var(w))]
+    co_out = [w for w in co_out if _cut_safe_var(eqns[p], w)]
     split = info_u.splittable and not in_loop and use.operand == 0
     if split:
       splits.add(u)
+    # A read's results are tied even when they are buffers themselves (the result
+    # of a second update of this version): the copy that update needs must be
+    # taken before this version is overwritten.
     read_vars = [w for r in tied for w in eqns[r].outvars
-                 if not C.is_drop_var(w) and w not in versions
+                 if not C.is_drop_var(w) and w is not v
                  and (w in consumers or w in outvar_set)]
     read_vars += co_out
     if read_vars or split:
@@ -296,19 +308,17 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
         continue
       if not (info.forwards_reads or not use.strong):
         continue
+      if not _cut_safe_var(eqns[k], out):
+        continue
       nxt = successor.get(out)
+      # Only slicing reads can be forwarded to the old buffer; a barrier in front
+      # of arithmetic would change what XLA fuses, and so last-bit rounding.
       has_reads = any(not (nxt is not None and c == nxt[0]
                            and pos == nxt[1].operand)
+                      and _rules.is_slicing(eqns[c])
                       for c, pos in consumers.get(out, ()))
       if has_reads:
         post_versions.setdefault(k, []).append(out)
-
-  barriers = []
-  for u, vs in pre_versions.items():
-    barriers.append(BarrierSpec("pre", u, tuple(vs), tuple(pre_reads.get(u, ())),
-                                tuple(pre_sources.get(u, ()))))
-  for u, vs in post_versions.items():
-    barriers.append(BarrierSpec("post", u, tuple(vs)))
 
   # Whatever consumes a tied read's result (a squeeze of a slice, say) runs after
   # the barrier and reads the barrier's output; run before it, it would be a second,
@@ -316,6 +326,13 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
   # already reshaped before the barrier orders nothing").
   after_tie = _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads,
                                        consumers)
+
+  barriers = []
+  for u, vs in pre_versions.items():
+    barriers.append(BarrierSpec("pre", u, tuple(vs), tuple(pre_reads.get(u, ())),
+                                tuple(pre_sources.get(u, ()))))
+  for u, vs in post_versions.items():
+    barriers.append(BarrierSpec("post", u, tuple(vs)))
   order = None
   for extra in (after_tie, {}):
     for private_edges in (after_pre, {}):
@@ -338,6 +355,10 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
               conflicts=tuple(conflicts))
 
 
+def _cut_safe_var(eqn, var) -> bool:
+  return _rules.cut_safe(eqn, [o is var for o in eqn.outvars].index(True))
+
+
 def _union(a: dict[int, set[int]], b: dict[int, set[int]]) -> dict[int, set[int]]:
   out = {k: set(v) for k, v in a.items()}
   for k, v in b.items():
@@ -347,6 +368,13 @@ def _union(a: dict[int, set[int]], b: dict[int, set[int]]) -> dict[int, set[int]
 
 def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consumers
                              ) -> dict[int, set[int]]:
+  """Equations to emit after each pre barrier; extends `pre_reads` in place.
+
+  The equations that must run before update `u`'s barrier are its tied reads and
+  their ancestors. A value computed there from a read and used after the barrier is
+  tied too: left untied, XLA may recompute its cheap read of the buffer in the
+  later fusion, after the update.
+  """
   if not pre_read_eqns:
     return {}
   preds: list[list[int]] = [[] for _ in eqns]
@@ -363,8 +391,21 @@ def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consume
         if y not in anc:
           anc.add(y)
           stack.append(y)
+    # Pre-barrier equations that depend on a tied read.
+    derived = set(tied)
+    for k in sorted(anc):
+      if k not in derived and any(y in derived for y in preds[k]):
+        derived.add(k)
+    ties = pre_reads.setdefault(u, [])
+    for k in sorted(derived - set(tied)):
+      for w in eqns[k].outvars:
+        if C.is_drop_var(w) or w in ties:
+          continue
+        if any(c not in anc for c, _ in consumers.get(w, ())) and \
+            _cut_safe_var(eqns[k], w):
+          ties.append(w)
     later = set()
-    for w in pre_reads.get(u, ()):
+    for w in ties:
       for c, _ in consumers.get(w, ()):
         if c not in anc and c != u:
           later.add(c)

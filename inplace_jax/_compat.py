@@ -62,6 +62,7 @@ def is_literal(v: Any) -> bool:
 
 dynamic_update_slice_p = _slicing.dynamic_update_slice_p
 dynamic_slice_p = _slicing.dynamic_slice_p
+slice_p = _slicing.slice_p
 gather_p = _slicing.gather_p
 scatter_p = _slicing.scatter_p
 scatter_add_p = _slicing.scatter_add_p

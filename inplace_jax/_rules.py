@@ -48,6 +48,66 @@ def is_big(aval) -> bool:
     return False
 
 
+def is_slicing(eqn) -> bool:
+  """Whether XLA's simplifier may rewrite this read of an update's result into a read
+  of the update's operand (a slice of a dynamic-update-slice outside the updated
+  window; inlined calls can hold such slices)."""
+  return (eqn.primitive in _SLICING or C.call_jaxpr_param(eqn) is not None)
+
+
+# Where a barrier may cut without changing a value. XLA:CPU contracts a multiply
+# feeding an add into one fused multiply-add when both sit in one fusion; a barrier
+# between them stops the fusion and shifts the last bit (FINDINGS.md: `A - outer(a,
+# b)` with a barrier differed by 1e-6). So a barrier may follow only values whose
+# last floating-point step is not a multiply: data movement, reductions, add/sub,
+# selects and compares, library calls (dot), control flow and updates (their results
+# are materialised buffers anyway). Transcendentals end in inlined polynomial
+# multiplies, so they are not safe either.
+_CUT_SAFE_NAMES = (
+    "slice dynamic_slice gather squeeze reshape broadcast_in_dim transpose rev "
+    "concatenate pad copy copy_p convert_element_type bitcast_convert_type select_n "
+    "reduce_sum reduce_max reduce_min reduce_and reduce_or reduce_xor argmax argmin "
+    "add sub neg abs max min clamp eq ne lt le gt ge and or not xor sign floor ceil "
+    "round is_finite iota dot_general sort cumsum cummax cummin "
+    "dynamic_update_slice scatter scatter-add scatter-sub scatter-mul scatter-min "
+    "scatter-max while scan cond optimization_barrier add_any "
+    "real imag conj stop_gradient").split()
+
+
+# Arrays XLA generates inside the fusion that consumes them (a broadcast of zeros
+# scattered into, as AD's transposes do): never a buffer of their own, so nothing
+# to sequence, and barriers there would only force them into memory.
+_GENERATED = frozenset({"broadcast_in_dim", "iota", "full"})
+
+
+def can_root(eqn) -> bool:
+  """Whether an array `eqn` creates can be a buffer worth sequencing."""
+  return eqn.primitive.name not in _GENERATED
+
+
+def cut_safe(eqn, out_index: int) -> bool:
+  """Whether a barrier right after output `out_index` of `eqn` changes no value."""
+  v = eqn.outvars[out_index]
+  try:
+    if not jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact):
+      return True   # integers and booleans do not round
+  except (AttributeError, TypeError):
+    return False
+  if eqn.primitive.name in _CUT_SAFE_NAMES:
+    return True
+  key = C.call_jaxpr_param(eqn)
+  if key is not None:
+    inner = _as_jaxpr(eqn.params[key])
+    w = inner.outvars[out_index]
+    if C.is_literal(w) or w in inner.invars or w in inner.constvars:
+      return True
+    for e in reversed(inner.eqns):
+      if any(o is w for o in e.outvars):
+        return cut_safe(e, [o is w for o in e.outvars].index(True))
+    return False
+  return False
+
+
 AnalysisRule = Callable[[C.JaxprEqn, Sequence[bool], Context], EqnInfo]
 analysis_rules: dict[C.Primitive, AnalysisRule] = {}
 
@@ -72,6 +132,8 @@ def _same_type(a, b) -> bool:
 
 
 # --------------------------------------------------------------------------- updates
+
+_SLICING = frozenset({C.slice_p, C.dynamic_slice_p, C.gather_p})
 
 
 def _dus_rule(eqn, is_version, ctx):
@@ -277,8 +339,15 @@ def trace_eqns(fn, in_atoms: Sequence[Any], like: C.JaxprEqn
   eqns = []
   for e in jaxpr.eqns:
     invars = [subst.get(v, v) if not C.is_literal(v) else v for v in e.invars]
-    eqns.append(e.replace(invars=invars, source_info=like.source_info,
-                          ctx=like.ctx))
+    # JAX caches traces, so the same helper traced twice returns the same Var
+    # objects: give every result a fresh variable, or two equations would bind one.
+    outvars = []
+    for v in e.outvars:
+      w = C.new_var(v.aval)
+      subst[v] = w
+      outvars.append(w)
+    eqns.append(e.replace(invars=invars, outvars=outvars,
+                          source_info=like.source_info, ctx=like.ctx))
   outs = [subst.get(v, v) if not C.is_literal(v) else v for v in jaxpr.outvars]
   return eqns, outs
 

@@ -1,0 +1,68 @@
+"""Shared test helpers: run a function under jax.jit and inplace_jax.jit, compare."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import inplace_jax
+
+
+def fresh(tree):
+  """Device copies of `tree` made by XLA (donation consumes its inputs, and
+  `jax.device_put(numpy)` can alias host memory that the runtime then copies)."""
+  return jax.tree.map(lambda a: jnp.array(a, copy=True) + 0 if hasattr(a, "dtype")
+                      else a, tree)
+
+
+def assert_tree_equal(a, b):
+  la, ta = jax.tree.flatten(a)
+  lb, tb = jax.tree.flatten(b)
+  assert ta == tb, (ta, tb)
+  for x, y in zip(la, lb, strict=True):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape, (x.dtype, x.shape, y.dtype,
+                                                       y.shape)
+    assert np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), (x, y)
+
+
+class Compared:
+  def __init__(self, ref, out, ref_report, report, fn):
+    self.ref, self.out = ref, out
+    self.ref_report, self.report = ref_report, report
+    self.fn = fn
+
+  def big_copies(self, min_bytes=1024):
+    return self.report.copies_over(min_bytes)
+
+  def ref_big_copies(self, min_bytes=1024):
+    return self.ref_report.copies_over(min_bytes)
+
+
+def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
+  """Runs `f` under jax.jit and inplace_jax.jit on equal inputs; values must match
+  exactly and the inplace_jax program must not copy more bytes than jax.jit's."""
+  ref_fn = jax.jit(f, donate_argnums=donate_argnums, static_argnums=static_argnums)
+  new_fn = inplace_jax.jit(f, donate_argnums=donate_argnums,
+                           static_argnums=static_argnums, on_copy="ignore",
+                           **jit_kwargs)
+  ref_report = inplace_jax.check(ref_fn, *args)
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+    ref = ref_fn(*fresh(args))
+    out = new_fn(*fresh(args))
+  report = new_fn.last_report
+  assert report is not None and report.verified, report
+  assert ref_report.verified
+  assert_tree_equal(ref, out)
+  assert report.total_copy_bytes <= ref_report.total_copy_bytes, (ref_report, report)
+  return Compared(ref, out, ref_report, report, new_fn)
+
+
+@pytest.fixture
+def cmp():
+  return compare
