@@ -300,18 +300,16 @@ def _cond_rule(eqn, is_version, ctx):
   pairs = cond_carries(eqn, plans)
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
   # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
-  # `lax.cond`) returns the buffers untouched is already copy-free once reads are
-  # tied before it; lowering it to loops would only cost speed.
-  keeps_in_place = len(plans) == 2 and all(
-      _passes_through(plans[0], i, o) for i, o in pairs)
+  # `lax.cond`) does not update the buffers in place (returns them untouched, or a
+  # fresh value) is already copy-free once reads are tied before it; lowering it
+  # to loops would only cost speed. With the updating branch first, or three
+  # branches or more, XLA copies.
+  keeps_in_place = len(plans) == 2 and not any(
+      plans[0].strong_flows[i] for i, _ in pairs)
   lower = bool(pairs) and not keeps_in_place and _can_lower_cond(eqn)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans, lower_cond=lower,
                  cond_carries=tuple(pairs))
-
-
-def _passes_through(plan, i: int, o: int) -> bool:
-  return plan.jaxpr.outvars[o] is plan.jaxpr.invars[i]
 
 
 def _can_lower_cond(eqn) -> bool:

