@@ -16,6 +16,7 @@ from ._check import check as check
 from ._check import check_compiled as check_compiled
 from ._jit import ConflictError as ConflictError
 from ._jit import InplaceCopyWarning as InplaceCopyWarning
+from ._jit import InplaceDonationWarning as InplaceDonationWarning
 from ._jit import InplaceJitted as InplaceJitted
 from ._jit import compiler_options as compiler_options
 from ._jit import jit as jit

@@ -45,19 +45,22 @@ class Analyzer:
   def __init__(self):
     self._cache: dict[tuple, tuple[Any, Plan]] = {}
 
-  def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool) -> Plan:
-    key = (id(jaxpr), tuple(bool(b) for b in buffers), bool(in_loop))
+  def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
+               manual: bool = False) -> Plan:
+    key = (id(jaxpr), tuple(bool(b) for b in buffers), bool(in_loop), bool(manual))
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
-    plan = _analyze(jaxpr, tuple(bool(b) for b in buffers), bool(in_loop), self)
+    plan = _analyze(jaxpr, tuple(bool(b) for b in buffers), bool(in_loop),
+                    bool(manual), self)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
 
 
-def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False) -> Plan:
+def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False,
+            manual: bool = False) -> Plan:
   """The sequencing plan for an open `core.Jaxpr` whose invars `buffers` are donated."""
-  return Analyzer()(jaxpr, buffers, in_loop)
+  return Analyzer()(jaxpr, buffers, in_loop, manual)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -96,12 +99,12 @@ def _nbytes(v) -> int | None:
 # --------------------------------------------------------------------------- analysis
 
 
-def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
+def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
              analyzer: Analyzer) -> Plan:
   jaxpr = _dce(jaxpr)
   eqns = jaxpr.eqns
   n = len(eqns)
-  ctx = _rules.Context(in_loop=in_loop, analyze=analyzer)
+  ctx = _rules.Context(in_loop=in_loop, manual=manual, analyze=analyzer)
 
   producer: dict[Any, int] = {}          # var -> index of the equation defining it
   consumers: dict[Any, list[tuple[int, int]]] = {}   # var -> [(eqn, operand)]
@@ -280,7 +283,9 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool,
             if all(_cut_safe_var(eqns[r], w) for w in eqns[r].outvars
                    if not C.is_drop_var(w))]
     co_out = [w for w in co_out if _cut_safe_var(eqns[p], w)]
-    split = info_u.splittable and not in_loop and use.operand == 0
+    # Splits trace helper equations whose types carry no manual-axis information,
+    # so they are left out inside `shard_map` bodies.
+    split = info_u.splittable and not in_loop and not manual and use.operand == 0
     if split:
       splits.add(u)
     # A read's results are tied even when they are buffers themselves (the result

@@ -157,6 +157,7 @@ def check_compiled(compiled: jax.stages.Compiled) -> CopyReport:
       verified=verified,
       problems=tuple(problems),
       modules=tuple(m.name for m in inspection.modules) if inspection else (),
+      partitions=_partitions(inspection),
   )
 
 
@@ -168,6 +169,12 @@ def report_from_text(text: str, backend: str = "unknown") -> CopyReport:
       alias_size_in_bytes=None, backend=backend, jax_version=_compat.JAX_VERSION,
       jaxlib_version=_compat.JAXLIB_VERSION, verified=inspection.verified,
       problems=inspection.problems, modules=tuple(m.name for m in inspection.modules))
+
+
+def _partitions(inspection) -> int:
+  if not inspection or not inspection.modules:
+    return 1
+  return _int_or_none(inspection.modules[0].attributes.get("num_partitions")) or 1
 
 
 def _int_or_none(v: Any) -> int | None:

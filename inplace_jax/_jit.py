@@ -40,6 +40,10 @@ class InplaceCopyWarning(UserWarning):
   """A copy of a buffer remains in a function compiled by `inplace_jax.jit`."""
 
 
+class InplaceDonationWarning(UserWarning):
+  """A donated argument's buffer is not reused by any output (donation wasted)."""
+
+
 class ConflictError(AssertionError):
   """Under `on_copy="raise"`: the function needs a copy no ordering can remove."""
 
@@ -141,6 +145,15 @@ class InplaceJitted:
     self.reports.append(report)
     if self.on_copy == "ignore":
       return
+    wasted = [d for d in report.wasted_donations() if d.nbytes >= self.min_bytes]
+    if wasted:
+      # JAX says nothing when it prunes an unused donated argument; say it here.
+      names = ", ".join(f"{d.argument} ({d.dtype}{list(d.shape)})" for d in wasted)
+      warnings.warn(
+          f"inplace_jax.jit({self.__name__}): donated argument(s) {names} are not "
+          "updated in place or returned: no output reuses their buffer, so "
+          "donating them gains nothing. Stop donating them, or return the "
+          "updated value.", InplaceDonationWarning, stacklevel=3)
     copies = report.copies_over(self.min_bytes)
     if not copies and report.verified:
       return

@@ -159,6 +159,9 @@ class CopyReport:
     problems: why the report is not verified, and anything odd met on the way.
     findings: notes from inplace_jax's transform.
     modules: names of the HLO modules read.
+    partitions: devices the program is partitioned over (`num_partitions` in the
+      module header). Above 1, the HLO is the per-device program: each copy's
+      shape and bytes are per device, and every device runs it.
   """
   copies: tuple[CopyInfo, ...]
   donations: tuple[DonationInfo, ...]
@@ -171,6 +174,7 @@ class CopyReport:
   problems: tuple[str, ...] = ()
   findings: tuple[Finding, ...] = ()
   modules: tuple[str, ...] = ()
+  partitions: int = 1
 
   def with_findings(self, findings: tuple[Finding, ...]) -> "CopyReport":
     """This report with `findings` added."""
@@ -249,6 +253,9 @@ def format_report(r: CopyReport) -> str:
     lines.append("UNVERIFIED: the compiled HLO could not be fully read, so the copies "
                  "below may be incomplete. Problems:")
     lines += [f"  - {p}" for p in r.problems] or ["  - (none recorded)"]
+  if r.partitions > 1:
+    lines.append(f"Partitioned over {r.partitions} devices: shapes and bytes below "
+                 "are per device.")
   if r.copies:
     lines.append(f"{len(r.copies)} cop{'y' if len(r.copies) == 1 else 'ies'}, "
                  f"{r.total_copy_bytes:,} bytes ({human_bytes(r.total_copy_bytes)}) "

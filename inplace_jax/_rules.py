@@ -31,8 +31,11 @@ from ._plan import (
 class Context:
   """What a rule may know besides the equation."""
   in_loop: bool
-  # analyze(jaxpr, buffers, in_loop) -> Plan, for sub-jaxprs.
-  analyze: Callable[[Any, Sequence[bool], bool], Plan]
+  # Inside a `shard_map` body: types carry manual axes that helper equations traced
+  # on their own would lack.
+  manual: bool
+  # analyze(jaxpr, buffers, in_loop, manual) -> Plan, for sub-jaxprs.
+  analyze: Callable[..., Plan]
 
 
 # Arrays smaller than this are not worth sequencing unless the user donated them:
@@ -209,10 +212,22 @@ def _call_rule(eqn, is_version, ctx):
   inner = _as_jaxpr(eqn.params[key])
   if len(inner.invars) != len(eqn.invars):
     return _opaque_rule(eqn, is_version, ctx)
-  plan = ctx.analyze(inner, is_version, ctx.in_loop)
+  plan = ctx.analyze(inner, is_version, ctx.in_loop, ctx.manual)
   uses = tuple(InplaceUse(i, o, strong=plan.strong_flows[i])
                for i, o in enumerate(plan.flows) if o is not None and is_version[i])
   return EqnInfo(uses=uses, subplans=(((key, None), plan),), forwards_reads=True)
+
+
+def _shard_map_rule(eqn, is_version, ctx):
+  # The body sees one shard of each buffer; after partitioning XLA inlines it, so
+  # it is sequenced like a call body, per device.
+  inner = eqn.params["jaxpr"]
+  if len(inner.invars) != len(eqn.invars):
+    return _opaque_rule(eqn, is_version, ctx)
+  plan = ctx.analyze(inner, is_version, ctx.in_loop, True)
+  uses = tuple(InplaceUse(i, o, strong=plan.strong_flows[i])
+               for i, o in enumerate(plan.flows) if o is not None and is_version[i])
+  return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),), forwards_reads=True)
 
 
 # --------------------------------------------------------------------------- loops
@@ -240,7 +255,7 @@ def _while_rule(eqn, is_version, ctx):
                                                 eqn.invars[cn + bn:], strict=True)]
   body = eqn.params["body_jaxpr"].jaxpr
   mask = [False] * bn + carry
-  plan = ctx.analyze(body, mask, True)
+  plan = ctx.analyze(body, mask, True, ctx.manual)
   uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
                if is_version[cn + bn + j] and plan.flows[bn + j] == j)
   return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
@@ -255,7 +270,7 @@ def _scan_rule(eqn, is_version, ctx):
   mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
   # XLA unrolls a loop of one trip into straight-line code.
   in_loop = ctx.in_loop or eqn.params["length"] > 1
-  plan = ctx.analyze(body, mask, in_loop)
+  plan = ctx.analyze(body, mask, in_loop, ctx.manual)
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),),
@@ -296,7 +311,7 @@ def cond_carries(eqn, plans) -> list[tuple[int, int]]:
 def _cond_rule(eqn, is_version, ctx):
   branches = eqn.params["branches"]
   mask = list(is_version[1:])
-  plans = [ctx.analyze(b.jaxpr, mask, ctx.in_loop) for b in branches]
+  plans = [ctx.analyze(b.jaxpr, mask, ctx.in_loop, ctx.manual) for b in branches]
   pairs = cond_carries(eqn, plans)
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
   # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
@@ -306,7 +321,8 @@ def _cond_rule(eqn, is_version, ctx):
   # branches or more, XLA copies.
   keeps_in_place = len(plans) == 2 and not any(
       plans[0].strong_flows[i] for i, _ in pairs)
-  lower = bool(pairs) and not keeps_in_place and _can_lower_cond(eqn)
+  lower = (bool(pairs) and not keeps_in_place and not ctx.manual
+           and _can_lower_cond(eqn))
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans, lower_cond=lower,
                  cond_carries=tuple(pairs))
@@ -486,6 +502,8 @@ analysis_rules[C.optimization_barrier_p] = _barrier_rule
 for _p in (C.jit_p, C.remat_p, C.custom_jvp_call_p, C.custom_vjp_call_p,
            C.closed_call_p, C.core_call_p):
   analysis_rules[_p] = _call_rule
+if C.shard_map_p is not None:
+  analysis_rules[C.shard_map_p] = _shard_map_rule
 analysis_rules[C.while_p] = _while_rule
 analysis_rules[C.scan_p] = _scan_rule
 analysis_rules[C.cond_p] = _cond_rule

@@ -5,6 +5,9 @@ from __future__ import annotations
 import warnings
 
 import jax
+
+# Eight CPU devices for the sharding tests; set before any backend starts.
+jax.config.update("jax_num_cpu_devices", 8)
 import jax.numpy as jnp
 import numpy as np
 import pytest
