@@ -15,7 +15,10 @@ value at once, two live updates of one buffer) are reported before anything runs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -129,7 +132,34 @@ class InplaceJitted:
                 and (c.nbytes is None or c.nbytes >= self.min_bytes)]
     if definite and self.on_copy == "raise":
       raise ConflictError(_conflict_message(self.__name__, definite), definite)
+    if self.on_copy == "raise":
+      self._precheck(rec, flat, args, kwargs)
     return run_traced(rec, flat)
+
+  def _precheck(self, rec, flat, args, kwargs) -> None:
+    """Under on_copy="raise": compile the sequenced program on its own, before the
+    real call runs and consumes donated buffers, and raise if copies remain.
+
+    This costs a second compilation of each new signature, in raise mode only.
+    """
+    avals = [jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
+             for x in flat]
+    donate = tuple(i for i, d in enumerate(rec.donated) if d)
+
+    def program(*leaves):
+      return C.eval_jaxpr(rec.closed.jaxpr, rec.closed.consts, *leaves)
+
+    compiled = jax.jit(program, donate_argnums=donate,
+                       compiler_options=self._compiler_options).lower(
+                           *avals).compile()
+    report = check_compiled(compiled).with_findings(
+        findings_from(rec.plan.all_conflicts()))
+    report = _rename_parameters(report, args, kwargs, self._is_static,
+                                self._fun)
+    copies = report.copies_over(self.min_bytes)
+    if copies or not report.verified:
+      raise CopiesFoundError(_copy_message(self.__name__, report, self.min_bytes),
+                             report=report, copies=copies)
 
   # ------------------------------------------------------------------ calling
 
@@ -207,6 +237,39 @@ class InplaceJitted:
     return f"inplace_jax.jit({getattr(self._fun, '__qualname__', self._fun)!r})"
 
 
+def _rename_parameters(report: CopyReport, args, kwargs, is_static, fun
+                       ) -> CopyReport:
+  """Names `leaves[i]` parameters of a flat program by the user's argument paths."""
+  try:
+    params = [p.name for p in inspect.signature(fun).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  except (TypeError, ValueError):
+    params = []
+  dyn = ([None if is_static(i) else a for i, a in enumerate(args)],
+         {k: (None if is_static(k) else a) for k, a in kwargs.items()})
+  paths = [jax.tree_util.keystr(p) for p, _ in
+           jax.tree_util.tree_flatten_with_path(dyn)[0]]
+  pretty = []
+  for p in paths:   # "[0][1]['k']" -> "args[1]['k']"; "[1]['scale']" -> "scale"
+    m = re.match(r"\[0\]\[(\d+)\](.*)", p) or re.match(r"\[1\]\['([^']+)'\](.*)", p)
+    if m and p.startswith("[0]"):
+      i = int(m.group(1))
+      head = params[i] if i < len(params) else f"args[{i}]"
+      pretty.append(f"{head}{m.group(2)}")
+    else:
+      pretty.append(f"{m.group(1)}{m.group(2)}" if m else p)
+
+  def rename(name):
+    m = re.fullmatch(r"leaves\[(\d+)\]", name or "")
+    return pretty[int(m.group(1))] if m and int(m.group(1)) < len(pretty) else name
+
+  copies = tuple(dataclasses.replace(c, parameter=rename(c.parameter))
+                 for c in report.copies)
+  donations = tuple(dataclasses.replace(d, argument=rename(d.argument))
+                    for d in report.donations)
+  return dataclasses.replace(report, copies=copies, donations=donations)
+
+
 def _check_duplicates(spec, name: str) -> None:
   if spec is None or isinstance(spec, (int, str)):
     return
@@ -264,9 +327,11 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
       decorator (`@inplace_jax.jit(donate_argnums=0)`).
     donate_argnums, donate_argnames, static_argnums, static_argnames: as `jax.jit`.
     on_copy: what to do when a copy of at least `min_bytes` remains: `"warn"`
-      (an `InplaceCopyWarning`), `"raise"` (`ConflictError` at trace time for
-      copies no ordering can remove, `CopiesFoundError` for any other found in the
-      compiled HLO after the first call) or `"ignore"`.
+      (an `InplaceCopyWarning` after the first call of each signature), `"raise"`
+      or `"ignore"`. Under `"raise"` nothing runs with a copy: copies no ordering
+      can remove raise `ConflictError` at trace time, and any other copy in the
+      compiled HLO raises `CopiesFoundError` before the first call of a signature
+      executes (this compiles each new signature twice).
     min_bytes: copies smaller than this are not warned about.
     compiler_options: XLA options, merged with ours (`xla_disable_hlo_passes`
       lists are joined).

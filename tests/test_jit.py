@@ -214,3 +214,16 @@ def test_compiler_options_helper():
   assert inplace_jax.compiler_options("cpu") == {
       "xla_disable_hlo_passes": "cse_barrier_expander"}
   assert inplace_jax.compiler_options("gpu") == {}
+
+
+def test_raise_mode_checks_before_anything_runs():
+  f = inplace_jax.jit(lambda x, k: (x.at[k].set(1.0), x[1]), static_argnums=1,
+                      on_copy="raise")
+  x = fresh(_x())
+  with pytest.raises(inplace_jax.CopiesFoundError, match="argument x") as e:
+    f(x, 2)
+  assert e.value.copies and e.value.copies[0].nbytes == FULL
+  assert float(x[0, 1]) == float(_x()[0, 1])     # the input is untouched
+  g = inplace_jax.jit(example_20440, donate_argnums=0, on_copy="raise")
+  out = g(fresh(_x()))
+  assert_tree_equal(out, jax.jit(example_20440)(_x()))
