@@ -189,7 +189,9 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       prev_effect = k
 
   def reaches(src: int, dst: int) -> bool:
-    """Whether `dst` depends on `src` in the current graph."""
+    """Whether `dst` depends on `src` in the current graph (searching equations up
+    to `dst` only: should a path leave that window, the scheduler's cycle check
+    still keeps the program unchanged rather than wrong)."""
     if src == dst:
       return True
     seen = {src}
@@ -199,7 +201,7 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       for y in succ_edges[x]:
         if y == dst:
           return True
-        if y not in seen:
+        if y not in seen and y < dst:
           seen.add(y)
           stack.append(y)
     return False
@@ -388,19 +390,29 @@ def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consume
       preds[b].append(a)
   out: dict[int, set[int]] = {}
   for u, tied in pre_read_eqns.items():
-    anc = set(tied)
+    if not tied:
+      continue
+    # The equations that must stay before the barrier and depend on a tied read
+    # lie between the tied reads: search only that window, so the analysis stays
+    # linear in the program (a wider path only loses a tie, never a value).
+    lo, hi = min(tied), max(tied)
+    fwd = set(tied)
+    stack = list(tied)
+    while stack:
+      x = stack.pop()
+      for y in succ_edges[x]:
+        if lo <= y <= hi and y not in fwd:
+          fwd.add(y)
+          stack.append(y)
+    anc = set(tied)     # in `fwd` and an ancestor of a tied read
     stack = list(tied)
     while stack:
       x = stack.pop()
       for y in preds[x]:
-        if y not in anc:
+        if y in fwd and y not in anc:
           anc.add(y)
           stack.append(y)
-    # Pre-barrier equations that depend on a tied read.
-    derived = set(tied)
-    for k in sorted(anc):
-      if k not in derived and any(y in derived for y in preds[k]):
-        derived.add(k)
+    derived = anc
     ties = pre_reads.setdefault(u, [])
     for k in sorted(derived - set(tied)):
       for w in eqns[k].outvars:
@@ -424,36 +436,36 @@ def _private_ancestors(eqns, u, consumers, producer, outvar_set) -> set[int]:
 
   Inside a loop such a read is ordered before the update by data alone, and XLA then
   fuses it with the update in place; a barrier there only costs speed (FINDINGS.md).
+  Visited from `u` backwards in decreasing position, so every user of an equation
+  is decided before the equation is, and the walk stops at the first shared value.
   """
-  anc: set[int] = set()
-  stack = [u]
-  while stack:
-    x = stack.pop()
-    for v in eqns[x].invars:
+  private: set[int] = set()
+  heap: list[int] = []
+  seen: set[int] = set()
+
+  def push_producers(k):
+    for v in eqns[k].invars:
       if C.is_literal(v):
         continue
       p = producer.get(v)
-      if p is not None and p not in anc:
-        anc.add(p)
-        stack.append(p)
-  private: set[int] = set()
-  # Reverse topological order: an equation is private when all its users are.
-  for k in sorted(anc, reverse=True):
+      if p is not None and p not in seen:
+        seen.add(p)
+        heapq.heappush(heap, -p)
+
+  push_producers(u)
+  while heap:
+    k = -heapq.heappop(heap)
     ok = True
     for w in eqns[k].outvars:
       if C.is_drop_var(w):
         continue
-      if w in outvar_set:
+      if w in outvar_set or any(c != u and c not in private
+                                for c, _ in consumers.get(w, ())):
         ok = False
-        break
-      for c, _ in consumers.get(w, ()):
-        if c != u and c not in private:
-          ok = False
-          break
-      if not ok:
         break
     if ok:
       private.add(k)
+      push_producers(k)
   return private
 
 
