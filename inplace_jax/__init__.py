@@ -20,6 +20,9 @@ from ._jit import InplaceDonationWarning as InplaceDonationWarning
 from ._jit import InplaceJitted as InplaceJitted
 from ._jit import compiler_options as compiler_options
 from ._jit import jit as jit
+from ._ops import after as after
+from ._ops import swap as swap
+from ._ops import update as update
 from ._plan import Conflict as Conflict
 from ._plan import Plan as Plan
 from ._report import CopyInfo as CopyInfo

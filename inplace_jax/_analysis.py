@@ -14,8 +14,9 @@ each version this module
    wrote after the update, unless the read depends on the update's result (a
    conflict: it needs the old and the new value at once);
 3. decides where a barrier is needed: a read that only feeds the update itself is
-   already ordered by data inside loops (where a barrier costs speed); anything else
-   goes through one `optimization_barrier` with the version, just before the update.
+   already ordered by data (a barrier there would change the update's fusion, its
+   speed and possibly its rounding); anything else goes through one
+   `optimization_barrier` with the version, just before the update.
    Results of updates that XLA's simplifier could see through (dynamic-update-slice,
    scatter, inlined calls) get a barrier after them when something reads them.
 4. at the top level (outside loops), splits unique-index read-modify-write scatters
@@ -275,7 +276,11 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       # A barrier right after arithmetic could change rounding: this version's
       # reads stay as they were (values exact, XLA may copy).
       continue
-    if in_loop and use.strong:
+    if use.strong:
+      # A read that only feeds its own update is ordered by data. A barrier there
+      # would change the update's fusion: inside loops that costs speed (20x in
+      # FINDINGS.md), and anywhere it can change how XLA vectorises or contracts
+      # the arithmetic between the read and the write, and so the last bit.
       private = _private_ancestors(eqns, u, consumers, producer, outvar_set)
       tied = [r for r in reads if r not in private]
       after_pre.setdefault(u, set()).update(r for r in reads if r in private)

@@ -164,7 +164,8 @@ class InplaceJitted:
   # ------------------------------------------------------------------ calling
 
   def __call__(self, *args, **kwargs):
-    out = self._jitted(*args, **kwargs)
+    # Forwarding an empty **kwargs costs jax.jit's C++ dispatch about 0.7 us.
+    out = self._jitted(*args, **kwargs) if kwargs else self._jitted(*args)
     if self._pending:
       self._pending = False
       self._verify(args, kwargs)

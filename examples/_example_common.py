@@ -1,0 +1,132 @@
+"""What every example's `main()` does: run a workload under `jax.jit` and
+`inplace_jax.jit`, compare the outputs bit for bit, count copies, time warm calls.
+
+Inputs come from a jitted `make_args` (never `jax.device_put` of NumPy memory: a
+donated buffer aliasing host memory is copied silently by the runtime, outside the
+HLO). The donated buffers are consumed by each call, so each timed call is given
+the previous call's outputs through `next_args(outputs, args)`, as a training or
+decoding loop would; `next_args` runs outside the timed region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+import inplace_jax
+from inplace_jax._report import format_copy, human_bytes
+
+
+def trees_equal(a: Any, b: Any) -> bool:
+  """Same structure, dtypes, shapes and bits."""
+  la, ta = jax.tree.flatten(a)
+  lb, tb = jax.tree.flatten(b)
+  if ta != tb:
+    return False
+  for x, y in zip(la, lb, strict=True):
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype != y.dtype or x.shape != y.shape:
+      return False
+    if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
+      return False
+  return True
+
+
+def _time(fn: Callable, make_args: Callable[[], tuple],
+          next_args: Callable[[Any, tuple], tuple], repeat: int) -> list[float]:
+  args = make_args()
+  out = jax.block_until_ready(fn(*args))        # warm: compiled already, one more run
+  times = []
+  for _ in range(repeat):
+    args = jax.block_until_ready(next_args(out, args))
+    del out
+    start = time.perf_counter()
+    out = fn(*args)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def compare(name: str, fn: Callable, make_args: Callable[[], tuple], *,
+            donate: Sequence[int], next_args: Callable[[Any, tuple], tuple],
+            repeat: int = 20, static: Sequence[int] = ()) -> dict[str, Any]:
+  """Runs `fn` under `jax.jit` and `inplace_jax.jit`; returns what was measured.
+
+  Returns:
+    A dict with, per variant (`"jax.jit"`, `"inplace_jax.jit"`): `"copies"` (every
+    copy in the compiled HLO), `"copy_bytes"`, `"median_s"`, `"report"` (the
+    `CopyReport`), `"output"` (the outputs of the first call on `make_args()`); and
+    `"equal"`: whether the two outputs are equal bit for bit.
+  """
+  donate, static = tuple(donate), tuple(static)
+  ref = jax.jit(fn, donate_argnums=donate, static_argnums=static)
+  ours = inplace_jax.jit(fn, donate_argnums=donate, static_argnums=static,
+                         on_copy="ignore")
+  result: dict[str, Any] = {"name": name}
+  for label, jitted in (("jax.jit", ref), ("inplace_jax.jit", ours)):
+    with warnings.catch_warnings():
+      warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+      output = jax.block_until_ready(jitted(*make_args()))
+      report = (ours.last_report if jitted is ours
+                else inplace_jax.check(ref, *make_args()))
+      times = _time(jitted, make_args, next_args, repeat) if repeat else []
+    result[label] = {
+        "copies": report.copies, "copy_bytes": report.total_copy_bytes,
+        "median_s": statistics.median(times) if times else None,
+        "report": report, "output": output,
+    }
+  result["equal"] = trees_equal(result["jax.jit"]["output"],
+                                result["inplace_jax.jit"]["output"])
+  return result
+
+
+def _fmt_time(s: float | None) -> str:
+  if s is None:
+    return "not timed"
+  return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+
+
+def print_result(r: dict[str, Any], results: list | None = None,
+                 min_bytes: int = 1024) -> None:
+  """Before/after lines, the ratio, and any copy left under inplace_jax.jit.
+
+  `r` is also appended to `results` when given.
+  """
+  if results is not None:
+    results.append(r)
+  print(f"{r['name']}:")
+  for label in ("jax.jit", "inplace_jax.jit"):
+    v = r[label]
+    print(f"  {label:16s} {len(v['copies'])} copies ({human_bytes(v['copy_bytes'])}), "
+          f"{_fmt_time(v['median_s'])} per call")
+  before, after = r["jax.jit"]["median_s"], r["inplace_jax.jit"]["median_s"]
+  if before and after:
+    print(f"  time ratio jax.jit / inplace_jax.jit: {before / after:,.1f}x")
+  print(f"  outputs equal bit for bit: {'yes' if r['equal'] else 'NO'}")
+  report = r["inplace_jax.jit"]["report"]
+  if not report.verified:
+    print("  inplace_jax.jit: the compiled program could NOT be verified: "
+          + "; ".join(report.problems))
+  left = report.copies_over(min_bytes)
+  if left:
+    print(f"  copies of at least {min_bytes} bytes left under inplace_jax.jit:")
+    for c in left:
+      print(f"    - {format_copy(c)}")
+      print(f"      {c.hlo}")
+    for f in report.findings:
+      print(f"    why: {f.kind}: {f.message}")
+
+
+def parser(description: str, default_size: int) -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(description=description)
+  p.add_argument("--size", type=int, default=default_size,
+                 help=f"problem size (default {default_size})")
+  p.add_argument("--repeat", type=int, default=20, help="timed warm calls (default 20)")
+  return p
