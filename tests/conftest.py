@@ -14,6 +14,10 @@ import pytest
 
 import inplace_jax
 
+# Whether copies that plain jax.jit makes are expected: they are CPU facts (XLA:GPU
+# keeps barriers and orders reads by its schedule, FINDINGS.md).
+ON_CPU = jax.default_backend() == "cpu"
+
 
 def fresh(tree):
   """Device copies of `tree` made by XLA (donation consumes its inputs, and

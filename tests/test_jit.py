@@ -13,7 +13,7 @@ import pytest
 from jax import lax
 
 import inplace_jax
-from conftest import assert_tree_equal, compare, fresh
+from conftest import ON_CPU, assert_tree_equal, compare, fresh
 
 N = 128
 FULL = N * N * 4
@@ -31,7 +31,7 @@ def example_20440(x):
 
 def test_20440_has_no_copy_and_jax_jit_has_two():
   r = compare(example_20440, _x())
-  assert len(r.ref_big_copies(FULL)) == 2
+  assert len(r.ref_big_copies(FULL)) == 2 or not ON_CPU
   assert r.report.copies == ()
   d = r.report.donations[0]
   assert d.donated and d.aliased_output == (0,)
@@ -44,7 +44,8 @@ def test_20440_at_full_size_compiles_copy_free():
   ref = inplace_jax.check(example_20440,
                           jax.ShapeDtypeStruct((10000, 10000), jnp.float32),
                           donate_argnums=0)
-  assert [c.nbytes for c in ref.copies] == [400_000_000] * 2
+  if ON_CPU:   # a CPU fact (openxla/xla#20440); XLA:GPU has no copy here
+    assert [c.nbytes for c in ref.copies] == [400_000_000] * 2
 
 
 def test_update_then_read_old():
@@ -53,7 +54,7 @@ def test_update_then_read_old():
     y = x[0, 0]
     return z, y
   r = compare(f, _x())
-  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+  assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
   assert r.fn.plan.stats()["moved"] == 1
 
 
@@ -62,7 +63,7 @@ def test_swap_two_rows():
     a, b = x[3], x[7]
     return x.at[3].set(b).at[7].set(a)
   r = compare(f, _x())
-  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+  assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
 
 
 def test_two_buffers_exchange_rows():
@@ -70,7 +71,7 @@ def test_two_buffers_exchange_rows():
     a, b = x[0], y[5]
     return x.at[0].set(b), y.at[5].set(a)
   r = compare(f, _x(), _x() + 1, donate_argnums=(0, 1))
-  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+  assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
 
 
 def test_dict_of_donated_buffers():
@@ -79,7 +80,7 @@ def test_dict_of_donated_buffers():
     old = k[2]
     return {"k": k.at[2].set(v[1]), "v": v.at[1].set(old)}
   r = compare(f, {"k": _x(), "v": _x() * 2})
-  assert r.ref_big_copies(FULL) and not r.big_copies(FULL)
+  assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
 
 
 def test_nested_jit_custom_vjp_and_checkpoint_bodies():
@@ -94,7 +95,7 @@ def test_nested_jit_custom_vjp_and_checkpoint_bodies():
 
   for wrap in (jax.jit(body), cv, jax.checkpoint(body)):
     r = compare(wrap, _x())
-    assert r.ref_big_copies(FULL) and not r.big_copies(FULL), r.report
+    assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL), r.report
 
 
 def test_jit_of_vmap_and_grad():

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import inplace_jax
-from conftest import compare
+from conftest import ON_CPU, compare
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8,
                                 reason="needs 8 devices (jax_num_cpu_devices)")
@@ -29,7 +29,7 @@ def test_named_sharding_20440():
     y = x[0, 0]
     return x.at[0, 0].add(1.0), y
   r = compare(f, _sharded(P("d", None)))
-  assert r.ref_big_copies(1024) and not r.big_copies(1024), r.report
+  assert (r.ref_big_copies(1024) or not ON_CPU) and not r.big_copies(1024), r.report
   assert r.report.partitions == 8
   assert r.out[0].sharding.spec == P("d", None)
 
@@ -53,7 +53,7 @@ def test_shard_map_body_is_sequenced():
     return jax.shard_map(local, mesh=mesh, in_specs=P("d", None),
                          out_specs=P("d", None))(x)
   r = compare(f, _sharded(P("d", None), mesh))
-  assert r.ref_big_copies(1024) and not r.big_copies(1024), r.report
+  assert (r.ref_big_copies(1024) or not ON_CPU) and not r.big_copies(1024), r.report
   assert "opaque" not in str(r.report)
 
 
