@@ -105,11 +105,19 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
   jaxpr = _dce(jaxpr)
   eqns = jaxpr.eqns
   n = len(eqns)
-  ctx = _rules.Context(in_loop=in_loop, manual=manual, analyze=analyzer)
+  constant: set[Any] = set()
+  ctx = _rules.Context(
+      in_loop=in_loop, manual=manual, analyze=analyzer,
+      constant=lambda v: C.is_literal(v) or v in constant)
 
   producer: dict[Any, int] = {}          # var -> index of the equation defining it
   consumers: dict[Any, list[tuple[int, int]]] = {}   # var -> [(eqn, operand)]
-  versions: set[Any] = {v for v, b in zip(jaxpr.invars, buffers, strict=True) if b}
+  # Small buffers are left alone, donated or not: their copies cost next to nothing,
+  # and XLA:CPU emits while loops that touch under 1 KiB as one kernel with its
+  # legacy emitter, which has no optimization barrier (it fails to compile, or
+  # aborts the process; xla/service/cpu/small_while_loop_hoisting_pass.cc).
+  versions: set[Any] = {v for v, b in zip(jaxpr.invars, buffers, strict=True)
+                        if b and _rules.is_big(v.aval)}
   updaters: dict[Any, list[tuple[int, InplaceUse]]] = {}
   infos: list[EqnInfo] = []
   conflicts: list[Conflict] = []
@@ -142,6 +150,9 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
     for v in eqn.outvars:
       if not C.is_drop_var(v):
         producer[v] = k
+    if not eqn.effects and not C.jaxprs_in_params(eqn.params) and all(
+        C.is_literal(v) or v in constant for v in eqn.invars):
+      constant.update(v for v in eqn.outvars if not C.is_drop_var(v))
 
   outvar_set = {v for v in jaxpr.outvars if not C.is_literal(v)}
 
@@ -276,12 +287,24 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       # A barrier right after arithmetic could change rounding: this version's
       # reads stay as they were (values exact, XLA may copy).
       continue
-    if use.strong:
+    # Splits trace helper equations whose types carry no manual-axis information,
+    # so they are left out inside `shard_map` bodies. A version that is a fresh
+    # elementwise result is not split either: XLA computes it and the update in one
+    # fusion, and the split would force it into a buffer of its own.
+    split = (info_u.splittable and not in_loop and not manual and use.operand == 0
+             and not (p is not None and _made_by_weak_use(infos[p], eqns[p], v)))
+    if use.strong and not _rules.normalised_float(v.aval):
       # A read that only feeds its own update is ordered by data. A barrier there
       # would change the update's fusion: inside loops that costs speed (20x in
       # FINDINGS.md), and anywhere it can change how XLA vectorises or contracts
       # the arithmetic between the read and the write, and so the last bit.
+      # (Not for 16-bit floats: XLA:CPU computes them through f32 converts, and a
+      # read fused into a converting update is not done in place.)
       private = _private_ancestors(eqns, u, consumers, producer, outvar_set)
+      if split:
+        # The split reads the old values before the barrier, at the update's
+        # indices: reads those indices are computed from must come first.
+        private -= _ancestors_within(eqns, ueqn.invars[1], producer, private)
       tied = [r for r in reads if r not in private]
       after_pre.setdefault(u, set()).update(r for r in reads if r in private)
     else:
@@ -290,9 +313,6 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
             if all(_cut_safe_var(eqns[r], w) for w in eqns[r].outvars
                    if not C.is_drop_var(w))]
     co_out = [w for w in co_out if _cut_safe_var(eqns[p], w)]
-    # Splits trace helper equations whose types carry no manual-axis information,
-    # so they are left out inside `shard_map` bodies.
-    split = info_u.splittable and not in_loop and not manual and use.operand == 0
     if split:
       splits.add(u)
     # A read's results are tied even when they are buffers themselves (the result
@@ -310,6 +330,10 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
           lst.append(w)
       pre_read_eqns.setdefault(u, set()).update(tied)
       pre_sources.setdefault(u, []).extend(_src(eqns[r]) for r in tied)
+      idx_p = producer.get(ueqn.invars[1]) if split else None
+      if idx_p is not None:
+        # The split's gather, at the barrier, needs the indices computed.
+        pre_read_eqns[u].add(idx_p)
 
   # Barriers after updates whose results are read.
   for k, info in enumerate(infos):
@@ -329,6 +353,8 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
                            and pos == nxt[1].operand)
                       and _rules.is_slicing(eqns[c])
                       for c, pos in consumers.get(out, ()))
+      # A split successor reads `out` with a gather, a slicing read too.
+      has_reads = has_reads or (nxt is not None and nxt[0] in splits)
       if has_reads:
         post_versions.setdefault(k, []).append(out)
 
@@ -365,6 +391,26 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
               splits=frozenset(splits), flows=flows, strong_flows=strong_flows,
               moved=tuple(sorted(moved)),
               conflicts=tuple(conflicts))
+
+
+def _made_by_weak_use(info, eqn, var) -> bool:
+  return any(not u.strong and eqn.outvars[u.output] is var for u in info.uses)
+
+
+def _ancestors_within(eqns, var, producer, within: set[int]) -> set[int]:
+  """The equations of `within` that `var` is computed from."""
+  out: set[int] = set()
+  stack = [var]
+  while stack:
+    v = stack.pop()
+    if C.is_literal(v):
+      continue
+    k = producer.get(v)
+    if k is None or k not in within or k in out:
+      continue
+    out.add(k)
+    stack.extend(eqns[k].invars)
+  return out
 
 
 def _cut_safe_var(eqn, var) -> bool:

@@ -202,6 +202,12 @@ def backend_compiler_options(platform: str) -> dict[str, Any]:
   return {}
 
 
+def backend_erases_barriers(platform: str) -> bool:
+  """Whether plain `jax.jit` on this platform erases optimization barriers before
+  fusion (so a program compiled with barriers kept fuses differently)."""
+  return platform == "cpu"
+
+
 def merge_compiler_options(ours: dict[str, Any],
                            user: dict[str, Any] | None) -> dict[str, Any]:
   """User options win, except `xla_disable_hlo_passes`, whose lists are joined."""
@@ -297,3 +303,27 @@ def resolve_donation(fun, donate_argnums, donate_argnames):
   nums, names, _, _ = resolve_argnums(fun, donate_argnums, donate_argnames, None,
                                       None)
   return nums, names
+
+
+def predicted_aliases(jaxpr, donated) -> list[int | None]:
+  """Which output `jax.jit` aliases to each donated input (None: none), as
+  `mlir._set_up_aliases` decides in jax 0.10.2: outputs in order each take the
+  earliest donated input of the same shape and dtype. Inputs the program does not
+  use are pruned first; outputs that are undonated inputs are forwarded by `jit`
+  without going through XLA."""
+  import collections
+  used = {v for e in jaxpr.eqns for v in e.invars if not is_literal(v)}
+  used |= {v for v in jaxpr.outvars if not is_literal(v)}
+  index = {v: i for i, v in enumerate(jaxpr.invars)}
+  queues: dict = collections.defaultdict(collections.deque)
+  for i, (v, d) in enumerate(zip(jaxpr.invars, donated, strict=True)):
+    if d and v in used:
+      queues[(tuple(v.aval.shape), v.aval.dtype)].append(i)
+  aliases: list[int | None] = [None] * len(jaxpr.invars)
+  for o, w in enumerate(jaxpr.outvars):
+    if is_literal(w) or (w in index and not donated[index[w]]):
+      continue
+    q = queues.get((tuple(w.aval.shape), w.aval.dtype))
+    if q:
+      aliases[q.popleft()] = o
+  return aliases

@@ -98,6 +98,9 @@ class InplaceJitted:
     platform = jit_kwargs.get("backend") or jax.default_backend()
     self._compiler_options = C.merge_compiler_options(
         C.backend_compiler_options(platform), compiler_options)
+    # Where jax.jit erases every barrier before fusion, so do we for the barriers
+    # we did not add (jax.checkpoint's), to compile what jax.jit compiles.
+    self._erase_remat = C.backend_erases_barriers(platform)
     self._trace_cache: dict = {}
     self._last = None          # the last traced record (plan and donated leaves)
     self._pending = False      # a trace happened: verify after the next call
@@ -124,7 +127,8 @@ class InplaceJitted:
 
   def _traced(self, args: tuple, kwargs: dict):
     rec, flat = trace_and_sequence(self._fun, args, kwargs, self._is_donated,
-                                   self._trace_cache, static=self._is_static)
+                                   self._trace_cache, static=self._is_static,
+                                   erase_remat_barriers=self._erase_remat)
     self._last = rec
     self._pending = True
     conflicts = rec.plan.all_conflicts()
@@ -345,7 +349,7 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
     ... def f(x):
     ...   y = x[0, 0]
     ...   return x.at[0, 0].add(1.0), y
-    >>> x, y = f(jnp.zeros((3, 3)))
+    >>> x, y = f(jnp.zeros((64, 64)))
     >>> f.last_report.copies
     ()
   """

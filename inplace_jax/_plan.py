@@ -19,6 +19,7 @@ NOT_IN_PLACE_CARRY = "carry_not_in_place"
 OPAQUE_PRIMITIVE = "opaque_primitive"
 NOT_DONATED = "not_donated"
 NOT_UPDATED = "donated_not_updated"
+NOT_ALIASED = "donated_not_aliased"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,8 @@ from ._plan import (
 class Context:
   """What a rule may know besides the equation."""
   in_loop: bool
+  # constant(var): the value is known at compile time (computed from literals).
+  constant: Callable[[Any], bool]
   # Inside a `shard_map` body: types carry manual axes that helper equations traced
   # on their own would lack.
   manual: bool
@@ -49,6 +51,11 @@ def is_big(aval) -> bool:
     return int(aval.size) * aval.dtype.itemsize >= MIN_BUFFER_BYTES
   except (AttributeError, TypeError):
     return False
+
+
+def normalised_float(aval) -> bool:
+  """16-bit floats, which XLA:CPU computes in f32 between converts."""
+  return getattr(aval, "dtype", None) in (jax.numpy.bfloat16, jax.numpy.float16)
 
 
 def is_slicing(eqn) -> bool:
@@ -168,9 +175,26 @@ def _scatter_rule(eqn, is_version, ctx):
   # unique-index read-modify-writes are split.
   splittable = (eqn.primitive in _RMW_COMBINERS
                 and bool(eqn.params.get("unique_indices"))
-                and not eqn.params.get("update_consts"))
+                and not eqn.params.get("update_consts")
+                and _one_window(eqn))
   return EqnInfo(uses=(InplaceUse(0, 0),), forwards_reads=True,
                  splittable=splittable)
+
+
+def _one_window(eqn) -> bool:
+  """Whether the scatter updates one window (per batch element, under vmap).
+
+  That is the case the split is for (`x.at[i].add(v)`, fused, rewrites the whole
+  buffer on CPU); gathering several windows, columns say, costs transposes.
+  """
+  dn = eqn.params["dimension_numbers"]
+  shape = eqn.invars[1].aval.shape
+  batch = set(dn.scatter_indices_batching_dims)
+  n = 1
+  for d, size in enumerate(shape[:-1]):   # the last dimension holds the index vector
+    if d not in batch:
+      n *= size
+  return n == 1
 
 
 def _elementwise_rule(eqn, is_version, ctx):
@@ -316,13 +340,16 @@ def _cond_rule(eqn, is_version, ctx):
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
   # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
   # `lax.cond`) does not update the buffers in place (returns them untouched, or a
-  # fresh value) is already copy-free once reads are tied before it; lowering it
-  # to loops would only cost speed. With the updating branch first, or three
-  # branches or more, XLA copies.
-  keeps_in_place = len(plans) == 2 and not any(
-      plans[0].strong_flows[i] for i, _ in pairs)
+  # fresh value) is already copy-free once reads are tied before it, if its
+  # branches need no barriers of their own; lowering it to loops would only cost
+  # speed. With the updating branch first, three branches or more, or a branch
+  # that reads its buffer after updating it, XLA copies inside the branch.
+  keeps_in_place = (len(plans) == 2
+                    and not any(plans[0].strong_flows[i] for i, _ in pairs)
+                    and not any(p.changed for p in plans))
+  # With a constant index XLA keeps only the chosen branch: nothing to lower.
   lower = (bool(pairs) and not keeps_in_place and not ctx.manual
-           and _can_lower_cond(eqn))
+           and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn))
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans, lower_cond=lower,
                  cond_carries=tuple(pairs))

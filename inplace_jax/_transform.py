@@ -13,6 +13,7 @@ options XLA needs and verifies the result.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import inspect
@@ -23,20 +24,30 @@ import jax
 
 from . import _compat as C
 from ._analysis import Analyzer
-from ._plan import Plan
+from ._plan import NOT_ALIASED, Conflict, Plan
 from ._rewrite import Rewriter
+from ._rules import is_big
 
 
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
-                   in_loop: bool = False):
+                   in_loop: bool = False, boundary: bool = True,
+                   erase_remat_barriers: bool = False):
   """Sequences reads of donated buffers before their updates.
 
   Args:
     closed_jaxpr: a `jax.core.ClosedJaxpr` (as from `jax.make_jaxpr`) or open jaxpr.
     donated: one bool per invar: which inputs are buffers to update in place.
       Default: all of them.
-    in_loop: analyse as the body of a loop (barriers only where data does not
-      already order a read before its update).
+    in_loop: analyse as the body of a loop (no read-modify-write splits).
+    boundary: the jaxpr is a whole compiled function and `donated` its donated
+      arguments, as for `jax.jit`: a donated buffer is updated in place only if
+      its last version is the output JAX aliases it to (a donated argument whose
+      buffer no output reuses is read-only to XLA, so sequencing it only costs).
+    erase_remat_barriers: lower `jax.checkpoint` without its CSE-preventing
+      barriers. `inplace_jax.jit` sets it on CPU, where plain `jax.jit` erases
+      every barrier before fusion anyway: the options that keep inplace_jax's
+      barriers alive would otherwise keep those too, and compile a program that
+      fuses (and copies) differently from `jax.jit`'s.
 
   Returns:
     `(new_closed_jaxpr, plan)`. The new jaxpr computes exactly the same values; the
@@ -48,7 +59,7 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     >>> def f(x):
     ...   y = x[0, 0]
     ...   return x.at[0, 0].add(1.0), y
-    >>> cj = jax.make_jaxpr(f)(jax.numpy.zeros((4, 4)))
+    >>> cj = jax.make_jaxpr(f)(jax.numpy.zeros((64, 64)))
     >>> new, plan = inplace_jax.sequence_jaxpr(cj, donated=[True])
     >>> print(plan.stats()["barriers"])
     1
@@ -64,12 +75,28 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     raise ValueError(f"donated has {len(donated)} entries but the jaxpr has "
                      f"{len(jaxpr.invars)} inputs")
   jaxpr, consts = _discharge_refs(jaxpr, consts)
+  if erase_remat_barriers:
+    jaxpr = _without_remat_barriers(jaxpr, {})
   # The analysis allocates many small containers at once; the cyclic garbage
   # collector would rescan them repeatedly (a third of the time on 10k equations).
   gc_was_enabled = gc.isenabled()
   gc.disable()
   try:
     plan = Analyzer()(jaxpr, donated, in_loop)
+    if boundary and not in_loop:
+      aliases = C.predicted_aliases(plan.jaxpr, donated)
+      kept = tuple(d and f is not None and f == a
+                   for d, f, a in zip(donated, plan.flows, aliases, strict=True))
+      dropped = [i for i, (d, k, v) in enumerate(
+          zip(donated, kept, jaxpr.invars, strict=True)) if d and not k
+                 and is_big(v.aval)]
+      if dropped:
+        first = plan
+        plan = Analyzer()(jaxpr, kept, in_loop)
+        notes = tuple(_alias_conflict(i, first.flows[i], aliases[i])
+                      for i in dropped)
+        plan = dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
+            c for c in first.all_conflicts() if c not in plan.all_conflicts()))
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -77,6 +104,57 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   if C.checks_enabled():
     C.check_jaxpr(new)
   return C.ClosedJaxpr(new, consts), plan
+
+
+def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
+  if alias is None:
+    msg = (f"donated input {i} is not returned updated: no output has its shape "
+           "and dtype, so XLA keeps the buffer read-only and copies it to update it")
+  elif flow is None:
+    msg = (f"donated input {i} is aliased to output {alias}, but its updated value "
+           "is not returned: XLA copies it to update it")
+  else:
+    msg = (f"donated input {i} is aliased to output {alias} (JAX pairs donated "
+           f"inputs with outputs in order), but its updated value is output {flow}: "
+           "XLA copies it")
+  return Conflict(NOT_ALIASED, msg)
+
+
+def _without_remat_barriers(jaxpr, memo: dict):
+  """`jaxpr` with every `remat2` equation's `prevent_cse` off, at every depth."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  changed = False
+  eqns = []
+  for eqn in jaxpr.eqns:
+    params = eqn.params
+    new_params = None
+    for key in C.jaxprs_in_params(params):
+      val = params[key]
+      seq = val if isinstance(val, (tuple, list)) else (val,)
+      new_seq = []
+      for j in seq:
+        if isinstance(j, C.ClosedJaxpr):
+          inner = _without_remat_barriers(j.jaxpr, memo)
+          new_seq.append(j if inner is j.jaxpr else C.ClosedJaxpr(inner, j.consts))
+        else:
+          new_seq.append(_without_remat_barriers(j, memo))
+      if any(a is not b for a, b in zip(seq, new_seq, strict=True)):
+        new_params = dict(new_params or params)
+        new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
+                           else new_seq[0])
+    if eqn.primitive is C.remat_p and params.get("prevent_cse"):
+      new_params = dict(new_params or params, prevent_cse=False)
+    if new_params is not None:
+      eqn = eqn.replace(params=new_params)
+      changed = True
+    eqns.append(eqn)
+  out = jaxpr if not changed else C.Jaxpr(
+      jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns, jaxpr.effects,
+      jaxpr.debug_info)
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
 
 
 def _discharge_refs(jaxpr, consts):
@@ -106,6 +184,7 @@ def trace_and_sequence(fun: Callable, args: tuple, kwargs: dict,
                        donated_leaf: Callable[[int | str], bool],
                        cache: dict | None = None,
                        static: Callable[[int | str], bool] = lambda key: False,
+                       boundary: bool = True, erase_remat_barriers: bool = False,
                        ) -> tuple[_Traced, list]:
   """Traces `fun(*args, **kwargs)` to a jaxpr and sequences it.
 
@@ -139,7 +218,8 @@ def trace_and_sequence(fun: Callable, args: tuple, kwargs: dict,
 
   closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*flat)
   out_tree = jax.tree_util.tree_structure(out_shape)
-  new, plan = sequence_jaxpr(closed, donated)
+  new, plan = sequence_jaxpr(closed, donated, boundary=boundary,
+                             erase_remat_barriers=erase_remat_barriers)
   rec = _Traced(new, plan, out_tree, tuple(donated))
   if cache is not None:
     cache[cache_key] = rec
@@ -186,7 +266,8 @@ def sequence(fun: Callable | None = None, *, donate_argnums=None,
 
   @functools.wraps(fun)
   def wrapped(*args, **kwargs):
-    rec, flat = trace_and_sequence(fun, args, kwargs, donated_leaf, cache)
+    rec, flat = trace_and_sequence(fun, args, kwargs, donated_leaf, cache,
+                                   boundary=False)
     return run_traced(rec, flat)
 
   wrapped.plans = lambda: [r.plan for r in cache.values()]  # type: ignore[attr-defined]
