@@ -108,7 +108,8 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
   constant: set[Any] = set()
   ctx = _rules.Context(
       in_loop=in_loop, manual=manual, analyze=analyzer,
-      constant=lambda v: C.is_literal(v) or v in constant)
+      constant=lambda v: C.is_literal(v) or v in constant,
+      producer=lambda v: eqns[producer[v]] if v in producer else None)
 
   producer: dict[Any, int] = {}          # var -> index of the equation defining it
   consumers: dict[Any, list[tuple[int, int]]] = {}   # var -> [(eqn, operand)]
@@ -186,6 +187,21 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       if leading:
         successor[v] = leading[0]
 
+  # A chain of updates whose last version is not returned is left alone: nothing
+  # needs that buffer afterwards, and XLA often removes such updates altogether
+  # (a read of the final version is rewritten to read what was written); barriers
+  # would keep them alive, and a read-only argument would then be copied.
+  chained = {eqns[k].outvars[use.output] for k, use in successor.values()}
+  for root in [v for v in successor if v not in chained]:
+    chain, v = [], root
+    while v in successor and v not in chain:
+      chain.append(v)
+      k, use = successor[v]
+      v = eqns[k].outvars[use.output]
+    if v not in outvar_set:
+      for w in chain:
+        del successor[w]
+
   # Edges of the scheduling graph, as successor lists over equation indices.
   succ_edges: list[set[int]] = [set() for _ in range(n)]
   for v, cons in consumers.items():
@@ -217,6 +233,16 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
           seen.add(y)
           stack.append(y)
     return False
+
+  # A barrier materialises the value it ties. Where that value feeds a float
+  # reduction or a transcendental, XLA would otherwise fuse it into that op, and
+  # the op's accumulation order or vector code, and so its last bit, can change
+  # with the fusion (a gathered sum differed in the fuzzer). Such values are not
+  # tied: values stay exact, and XLA may copy.
+  sensitive_memo: dict[Any, bool] = {}
+
+  def sensitive(var) -> bool:
+    return _rules.feeds_sensitive(var, eqns, consumers, sensitive_memo)
 
   # 3. Reads of each version, ordered before its successor.
   pre_reads: dict[int, list[Any]] = {}      # update -> read result vars to tie
@@ -312,15 +338,27 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
     tied = [r for r in tied
             if all(_cut_safe_var(eqns[r], w) for w in eqns[r].outvars
                    if not C.is_drop_var(w))]
-    co_out = [w for w in co_out if _cut_safe_var(eqns[p], w)]
+    # Each tied read is tied where XLA would end its fusion anyway: past the
+    # reductions and transcendentals it feeds (see `_tie_frontier`).
+    frontier_vars: list[Any] = []
+    region: set[int] = set()
+    kept_tied = []
+    for r in tied:
+      f = _tie_frontier(eqns, r, u, v, consumers, outvar_set, sensitive,
+                        lambda c: reaches(u, c), lambda c: reaches(c, u))
+      if f is None:
+        continue    # cannot be tied without changing a value: left as it is
+      kept_tied.append(r)
+      frontier_vars.extend(f[0])
+      region |= f[1]
+    tied = kept_tied
+    co_out = [w for w in co_out if _cut_safe_var(eqns[p], w) and not sensitive(w)]
     if split:
       splits.add(u)
     # A read's results are tied even when they are buffers themselves (the result
     # of a second update of this version): the copy that update needs must be
     # taken before this version is overwritten.
-    read_vars = [w for r in tied for w in eqns[r].outvars
-                 if not C.is_drop_var(w) and w is not v
-                 and (w in consumers or w in outvar_set)]
+    read_vars = [w for w in frontier_vars if w is not v]
     read_vars += co_out
     if read_vars or split:
       pre_versions.setdefault(u, []).append(v)
@@ -329,6 +367,7 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
         if w not in lst:
           lst.append(w)
       pre_read_eqns.setdefault(u, set()).update(tied)
+      pre_read_eqns[u].update(region)
       pre_sources.setdefault(u, []).extend(_src(eqns[r]) for r in tied)
       idx_p = producer.get(ueqn.invars[1]) if split else None
       if idx_p is not None:
@@ -363,7 +402,7 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
   # unordered read of the buffer (FINDINGS.md: "a barrier over a slice that was
   # already reshaped before the barrier orders nothing").
   after_tie = _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads,
-                                       consumers)
+                                       consumers, sensitive)
 
   barriers = []
   for u, vs in pre_versions.items():
@@ -391,6 +430,65 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
               splits=frozenset(splits), flows=flows, strong_flows=strong_flows,
               moved=tuple(sorted(moved)),
               conflicts=tuple(conflicts))
+
+
+_REGION_LIMIT = 64
+
+
+def _tie_frontier(eqns, r, u, v, consumers, outvar_set, sensitive, after_update,
+                  feeds_update) -> tuple[list[Any], set[int]] | None:
+  """Where to tie read `r` of version `v` before update `u`.
+
+  Returns (variables to tie, equations to run before the barrier besides `r`), or
+  None when that is impossible without changing a value. A float value that feeds
+  a reduction or a transcendental is not tied itself, since XLA would fuse it into
+  that op and the op's result can change with its fusion; instead the fusible
+  equations between the read and those ops (the read's fusion region) run before
+  the barrier, and the values leaving the region are tied: reduction results,
+  operands of ops XLA never fuses into (dots, loops), outputs of the function.
+  """
+  ties: list[Any] = []
+  region: set[int] = set()
+  stack = [w for w in eqns[r].outvars if not C.is_drop_var(w)]
+  seen = set()
+  while stack:
+    w = stack.pop()
+    if w in seen:
+      continue
+    seen.add(w)
+    if not (w in consumers or w in outvar_set):
+      continue
+    if not sensitive(w):
+      ties.append(w)        # everything downstream rounds the same fused or not
+      continue
+    if w in outvar_set:
+      ties.append(w)
+    for c, _ in consumers.get(w, ()):
+      e = eqns[c]
+      if c in region:
+        continue
+      name = e.primitive.name
+      if c == u or feeds_update(c):
+        # Toward the update, the tied value is used (after the barrier): computed
+        # from the buffer before it, it would be fused into the update, which then
+        # reads the buffer it writes and cannot be done in place.
+        if w not in ties:
+          ties.append(w)
+      elif name in _rules.REGION_NAMES:
+        if e.effects or after_update(c) or len(region) >= _REGION_LIMIT:
+          return None
+        region.add(c)
+        if name in _rules.REDUCTION_NAMES:
+          ties.extend(o for o in e.outvars if not C.is_drop_var(o)
+                      and (o in consumers or o in outvar_set))
+        else:
+          stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+      elif C.jaxprs_in_params(e.params):
+        return None         # used sensitively inside a loop, branch or call
+      else:
+        if w not in ties:
+          ties.append(w)    # an op XLA does not fuse its operand into
+  return ties, region
 
 
 def _made_by_weak_use(info, eqn, var) -> bool:
@@ -424,8 +522,8 @@ def _union(a: dict[int, set[int]], b: dict[int, set[int]]) -> dict[int, set[int]
   return out
 
 
-def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consumers
-                             ) -> dict[int, set[int]]:
+def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consumers,
+                             sensitive) -> dict[int, set[int]]:
   """Equations to emit after each pre barrier; extends `pre_reads` in place.
 
   The equations that must run before update `u`'s barrier are its tied reads and
@@ -470,7 +568,7 @@ def _consumers_after_barrier(eqns, succ_edges, pre_read_eqns, pre_reads, consume
         if C.is_drop_var(w) or w in ties:
           continue
         if any(c not in anc for c, _ in consumers.get(w, ())) and \
-            _cut_safe_var(eqns[k], w):
+            _cut_safe_var(eqns[k], w) and not sensitive(w):
           ties.append(w)
     later = set()
     for w in ties:

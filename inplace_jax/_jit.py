@@ -113,6 +113,12 @@ class InplaceJitted:
     self._jitted = jax.jit(traced, donate_argnums=nums, donate_argnames=names,
                            static_argnums=s_nums, static_argnames=s_names,
                            compiler_options=self._compiler_options, **jit_kwargs)
+    # Plain jax.jit of the same function, with the user's own options: the fallback
+    # when the sequenced program turns out to copy more (see `_verify`).
+    self._plain = jax.jit(fun, donate_argnums=nums, donate_argnames=names,
+                          static_argnums=s_nums, static_argnames=s_names,
+                          compiler_options=compiler_options, **jit_kwargs)
+    self.fell_back: str | None = None
     functools.update_wrapper(self, fun)
 
   # ------------------------------------------------------------------ tracing
@@ -177,6 +183,8 @@ class InplaceJitted:
 
   def _verify(self, args, kwargs) -> None:
     report = self._report(args, kwargs)
+    if report.copies and report.verified and self.on_copy != "raise":
+      report = self._maybe_fall_back(report, args, kwargs)
     self.reports.append(report)
     if self.on_copy == "ignore":
       return
@@ -196,6 +204,25 @@ class InplaceJitted:
     if self.on_copy == "raise":
       raise CopiesFoundError(message, report=report, copies=copies)
     warnings.warn(message, InplaceCopyWarning, stacklevel=3)
+
+  def _maybe_fall_back(self, report: CopyReport, args, kwargs) -> CopyReport:
+    """Never copy more than plain `jax.jit`: when copies remain, compile the
+    untransformed program too, and if it copies fewer bytes, use it from now on.
+
+    XLA's fusion and simplification decisions around barriers are not fully
+    predictable; this makes the promise hold on every program, at the cost of one
+    more compilation where copies remain (and none where the rewrite removed them).
+    """
+    plain = check_compiled(self._plain.lower(*args, **kwargs).compile())
+    if not plain.verified or plain.total_copy_bytes >= report.total_copy_bytes:
+      return report
+    self.fell_back = (
+        f"the sequenced program copies {report.total_copy_bytes} bytes and plain "
+        f"jax.jit {plain.total_copy_bytes}: using plain jax.jit for this function")
+    self._jitted = self._plain
+    return plain.with_findings(findings_from(self._last.plan.all_conflicts())
+                               if self._last is not None else ()).with_findings(
+        (Finding(kind="fell_back", message=self.fell_back),))
 
   def _report(self, args, kwargs, compiler_options=None) -> CopyReport:
     compiled = self._jitted.lower(*args, **kwargs).compile(

@@ -33,6 +33,8 @@ class Context:
   in_loop: bool
   # constant(var): the value is known at compile time (computed from literals).
   constant: Callable[[Any], bool]
+  # producer(var): the equation of this jaxpr that computes var, or None.
+  producer: Callable[[Any], Any]
   # Inside a `shard_map` body: types carry manual axes that helper equations traced
   # on their own would lack.
   manual: bool
@@ -116,6 +118,111 @@ def cut_safe(eqn, out_index: int) -> bool:
         return cut_safe(e, [o is w for o in e.outvars].index(True))
     return False
   return False
+
+
+# Ops whose result can change with the fusion around them: float reductions and
+# scans (accumulation order follows the vectorisation), and transcendentals (XLA:CPU
+# has scalar and vector implementations that differ in the last bit).
+_SENSITIVE_NAMES = frozenset((
+    "reduce_sum reduce_prod cumsum cumprod cumlogsumexp exp exp2 expm1 log log1p "
+    "sin cos tan tanh logistic pow erf erfc erf_inv lgamma digamma atan2 asin acos "
+    "atan sinh cosh asinh acosh atanh cbrt igamma igammac random_gamma_grad "
+    "bessel_i0e bessel_i1e polygamma zeta regularized_incomplete_beta").split())
+# Ops a fused value passes through unchanged in rounding: data movement and exact
+# elementwise arithmetic (IEEE results do not depend on vector width).
+_TRANSPARENT_NAMES = frozenset((
+    "slice dynamic_slice gather squeeze reshape broadcast_in_dim transpose rev "
+    "concatenate pad copy convert_element_type select_n add sub mul div neg abs max "
+    "min clamp sign floor ceil round sqrt rsqrt square integer_pow rem "
+    "dynamic_update_slice scatter add_any real imag conj").split())
+_SENSITIVE_DEPTH = 12
+# Reductions end a fusion: their results are materialised.
+REDUCTION_NAMES = frozenset(
+    "reduce_sum reduce_prod reduce_max reduce_min argmax argmin reduce_and "
+    "reduce_or cumsum cumprod cumlogsumexp cummax cummin".split())
+# What XLA fuses with a value it reads: data movement, elementwise arithmetic
+# (transcendentals included) and the reductions that end such a fusion.
+REGION_NAMES = _SENSITIVE_NAMES | _TRANSPARENT_NAMES | REDUCTION_NAMES | frozenset(
+    "eq ne lt le gt ge and or not is_finite".split())
+
+
+def _is_inexact(v) -> bool:
+  try:
+    return bool(jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact))
+  except (AttributeError, TypeError):
+    return False
+
+
+def feeds_sensitive(var, eqns, consumers, memo: dict, depth: int = 0) -> bool:
+  """Whether float `var` reaches a fusion-sensitive op through ops XLA would fuse
+  with it, here or inside the sub-jaxprs it is passed to (XLA inlines calls and
+  hoists loop-invariant and branch code out of loops and conditionals)."""
+  if not _is_inexact(var):
+    return False
+  hit = memo.get(var)
+  if hit is not None:
+    return hit
+  if depth > _SENSITIVE_DEPTH:
+    return True     # too deep to tell: assume the worst
+  memo[var] = False   # cycles cannot happen in a jaxpr; this only stops repeats
+  out = False
+  for k, pos in consumers.get(var, ()):
+    e = eqns[k]
+    name = e.primitive.name
+    if name in _SENSITIVE_NAMES:
+      out = True
+    elif name in _TRANSPARENT_NAMES:
+      out = any(feeds_sensitive(w, eqns, consumers, memo, depth + 1)
+                for w in e.outvars if not C.is_drop_var(w))
+    elif C.jaxprs_in_params(e.params):
+      pairs = _inner_invars(e, pos)
+      out = pairs is None or any(_inner_sensitive(j, i) for j, i in pairs)
+    if out:
+      break
+  memo[var] = out
+  return out
+
+
+_inner_cache: dict = {}
+
+
+def _inner_sensitive(jaxpr, index: int) -> bool:
+  key = (id(jaxpr), index)
+  hit = _inner_cache.get(key)
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  consumers: dict = {}
+  for k, e in enumerate(jaxpr.eqns):
+    for pos, v in enumerate(e.invars):
+      if not C.is_literal(v):
+        consumers.setdefault(v, []).append((k, pos))
+  out = feeds_sensitive(jaxpr.invars[index], jaxpr.eqns, consumers, {}, 1)
+  _inner_cache[key] = (jaxpr, out)
+  return out
+
+
+def _inner_invars(eqn, pos: int) -> list[tuple[Any, int]] | None:
+  """(sub-jaxpr, invar index) pairs that operand `pos` of `eqn` binds; None for a
+  primitive whose jaxprs this module does not know."""
+  p = eqn.primitive
+  key = C.call_jaxpr_param(eqn)
+  if key is not None or (C.shard_map_p is not None and p is C.shard_map_p):
+    inner = _as_jaxpr(eqn.params[key or "jaxpr"])
+    return [(inner, pos)] if pos < len(inner.invars) else []
+  if p is C.cond_p:
+    return [(b.jaxpr, pos - 1) for b in eqn.params["branches"]] if pos else []
+  if p is C.while_p:
+    cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    cond, body = eqn.params["cond_jaxpr"].jaxpr, eqn.params["body_jaxpr"].jaxpr
+    if pos < cn:
+      return [(cond, pos)]
+    if pos < cn + bn:
+      return [(body, pos - cn)]
+    j = pos - cn - bn
+    return [(body, bn + j), (cond, cn + j)]
+  if p is C.scan_p:
+    return [(eqn.params["jaxpr"].jaxpr, pos)]
+  return None
 
 
 AnalysisRule = Callable[[C.JaxprEqn, Sequence[bool], Context], EqnInfo]
@@ -335,7 +442,9 @@ def cond_carries(eqn, plans) -> list[tuple[int, int]]:
 def _cond_rule(eqn, is_version, ctx):
   branches = eqn.params["branches"]
   mask = list(is_version[1:])
-  plans = [ctx.analyze(b.jaxpr, mask, ctx.in_loop, ctx.manual) for b in branches]
+  # Branches get no read-modify-write splits (as in loops): a split would force the
+  # conditional into loops to stay in place, which costs more than it saves.
+  plans = [ctx.analyze(b.jaxpr, mask, True, ctx.manual) for b in branches]
   pairs = cond_carries(eqn, plans)
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
   # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
@@ -349,10 +458,40 @@ def _cond_rule(eqn, is_version, ctx):
                     and not any(p.changed for p in plans))
   # With a constant index XLA keeps only the chosen branch: nothing to lower.
   lower = (bool(pairs) and not keeps_in_place and not ctx.manual
-           and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn))
+           and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn)
+           and not _hoistable_sensitive(eqn, pairs, ctx)
+           # XLA:CPU's f32 converts around 16-bit float loop carries copy them.
+           and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
+           # A branch that rewrites a buffer elementwise (no strong update) gains
+           # nothing from a loop: XLA keeps the copy and the loop adds its own.
+           and not any(_weak_only(p, i, o) for p in plans for i, o in pairs))
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans, lower_cond=lower,
                  cond_carries=tuple(pairs))
+
+
+def _weak_only(plan, i: int, o: int) -> bool:
+  # ... and reads it elsewhere first (the plan ties reads): XLA cannot rewrite it
+  # in place then, loop or not.
+  return (plan.flows[i] == o and not plan.strong_flows[i] and plan.changed
+          and plan.jaxpr.outvars[o] is not plan.jaxpr.invars[i])
+
+
+def _hoistable_sensitive(eqn, pairs, ctx) -> bool:
+  """Whether a branch reduces (or applies a transcendental to) an operand that is
+  computed by a fusible op outside: XLA moves such code out of a conditional and
+  fuses it with that op, which it would not do from inside a loop, so lowering
+  would change the result's last bit (a gathered sum did, in the fuzzer)."""
+  carried = {i for i, _ in pairs}
+  for i, v in enumerate(eqn.invars[1:]):
+    if i in carried or C.is_literal(v):
+      continue
+    producer = ctx.producer(v)
+    if producer is None or producer.primitive.name not in _TRANSPARENT_NAMES:
+      continue
+    if any(_inner_sensitive(b.jaxpr, i) for b in eqn.params["branches"]):
+      return True
+  return False
 
 
 def _can_lower_cond(eqn) -> bool:
