@@ -317,8 +317,13 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
     # so they are left out inside `shard_map` bodies. A version that is a fresh
     # elementwise result is not split either: XLA computes it and the update in one
     # fusion, and the split would force it into a buffer of its own.
+    # Nor for 16-bit floats: XLA:CPU computes them through f32 converts, where its
+    # simplifier treats `x + 0` differently once split (the sign of -0.0 changed).
     split = (info_u.splittable and not in_loop and not manual and use.operand == 0
-             and not (p is not None and _made_by_weak_use(infos[p], eqns[p], v)))
+             and not _rules.normalised_float(v.aval)
+             and not (p is not None and _made_by_weak_use(infos[p], eqns[p], v))
+             and (ueqn.primitive not in _ADDITIVE or _rules.additive_source_safe(
+                 ueqn.invars[2], eqns, producer)))
     if use.strong and not _rules.normalised_float(v.aval):
       # A read that only feeds its own update is ordered by data. A barrier there
       # would change the update's fusion: inside loops that costs speed (20x in
@@ -394,7 +399,10 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
                       for c, pos in consumers.get(out, ()))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in splits)
-      if has_reads:
+      # A barrier there would also move the fusion boundary of the reductions and
+      # transcendentals those reads feed (a sum of a slice of the new version
+      # changed in the fuzzer): values first, XLA may copy instead.
+      if has_reads and not sensitive(out):
         post_versions.setdefault(k, []).append(out)
 
   # Whatever consumes a tied read's result (a squeeze of a slice, say) runs after
@@ -433,6 +441,7 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
 
 
 _REGION_LIMIT = 64
+_ADDITIVE = (C.scatter_add_p, C.scatter_sub_p)
 
 
 def _tie_frontier(eqns, r, u, v, consumers, outvar_set, sensitive, after_update,

@@ -225,6 +225,55 @@ def _inner_invars(eqn, pos: int) -> list[tuple[Any, int]] | None:
   return None
 
 
+# Ops that move data without arithmetic: a value read through them rounds as its
+# source did.
+_DATA_MOVEMENT_NAMES = frozenset((
+    "broadcast_in_dim reshape squeeze expand_dims transpose rev slice dynamic_slice "
+    "gather concatenate pad copy copy_p tile select_n").split())
+
+
+def additive_source_safe(var, eqns, producer, depth: int = 0) -> bool:
+  """Whether the float value `var` comes, through data movement only, from a value
+  whose last step is not a multiply (nor a division XLA may turn into one, nor a
+  transcendental). Adding such a value in a fusion of its own rounds as adding it
+  in the producer's fusion; a multiply could instead be contracted into an FMA on
+  one side and not the other (a split `.at[rows].add(mean(x))` differed by 1 ulp)."""
+  if C.is_literal(var) or not _is_inexact(var):
+    return True
+  k = producer.get(var)
+  if k is None:
+    return True                     # an input: materialised
+  if depth > _SENSITIVE_DEPTH:
+    return False
+  e = eqns[k]
+  if e.primitive.name in _DATA_MOVEMENT_NAMES:
+    return all(additive_source_safe(x, eqns, producer, depth + 1) for x in e.invars)
+  key = C.call_jaxpr_param(e)
+  if key is not None:
+    inner = _as_jaxpr(e.params[key])
+    idx = [o is var for o in e.outvars].index(True)
+    inner_producer = {o: i for i, q in enumerate(inner.eqns) for o in q.outvars}
+    w = inner.outvars[idx]
+    return _inner_source_safe(w, inner, inner_producer, e, eqns, producer, depth)
+  return cut_safe(e, [o is var for o in e.outvars].index(True))
+
+
+def _inner_source_safe(w, inner, inner_producer, call, eqns, producer, depth):
+  if C.is_literal(w) or not _is_inexact(w):
+    return True
+  if w in inner.invars:
+    outer = call.invars[list(inner.invars).index(w)]
+    return additive_source_safe(outer, eqns, producer, depth + 1)
+  k = inner_producer.get(w)
+  if k is None:
+    return True
+  e = inner.eqns[k]
+  if e.primitive.name in _DATA_MOVEMENT_NAMES:
+    return all(_inner_source_safe(x, inner, inner_producer, call, eqns, producer,
+                                  depth + 1) for x in e.invars)
+  return additive_source_safe(w, inner.eqns, inner_producer, depth + 1)
+
+
 AnalysisRule = Callable[[C.JaxprEqn, Sequence[bool], Context], EqnInfo]
 analysis_rules: dict[C.Primitive, AnalysisRule] = {}
 

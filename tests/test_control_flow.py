@@ -131,11 +131,25 @@ def cond_with_outputs(x, p):
   """Branches return other values too, computed from the buffer they update."""
   def a(x):
     x = x.at[3].set(x[4] + 1.0)
-    return x, x[3].sum(), jnp.int32(1)
+    return x, x[3, 7] * 2.0, jnp.int32(1)
   def b(x):
     return x, x[0].sum(), jnp.int32(2)
   x, s, k = lax.cond(p > 0, a, b, x)
   return x, s, k
+
+
+def test_sum_of_the_updated_buffer_keeps_values_first():
+  """A reduction of a slice of the new version: a barrier after the update would
+  move the reduction's fusion boundary, and XLA's own rewrite of the slice changes
+  its summation order; inplace_jax keeps the value (bit for bit) and accepts the
+  copy, never more than jax.jit's."""
+  def f(x, p):
+    def a(x):
+      x = x.at[3].set(x[4] + 1.0)
+      return x, x[3].sum()
+    return lax.cond(p > 0, a, lambda x: (x, x[0].sum()), x)
+  for p in (0, 1):
+    compare(f, _x(), jnp.int32(p))
 
 
 CASES = {
