@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 import inplace_jax
+from inplace_jax._equal import tree_difference
 
 REGION = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
@@ -174,20 +175,9 @@ def copy_summary(report, min_bytes: int) -> dict[str, Any]:
 
 
 def same_values(a, b) -> tuple[bool, str]:
-  """Exact equality of two output trees (NaNs in the same places count as equal)."""
-  la, ta = jax.tree_util.tree_flatten(a)
-  lb, tb = jax.tree_util.tree_flatten(b)
-  if ta != tb:
-    return False, f"output structures differ: {ta} vs {tb}"
-  for i, (x, y) in enumerate(zip(la, lb, strict=True)):
-    x, y = np.asarray(x), np.asarray(y)
-    if x.shape != y.shape or x.dtype != y.dtype:
-      return False, f"leaf {i}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
-    nan = np.issubdtype(x.dtype, np.inexact)
-    if not np.array_equal(x, y, equal_nan=nan):
-      bad = int(np.sum(x != y))
-      return False, f"leaf {i}: {bad} of {x.size} elements differ"
-  return True, "exact"
+  """Exact equality of two output trees, bit for bit (`inplace_jax._equal`)."""
+  diff = tree_difference(a, b)
+  return diff is None, diff or "exact"
 
 
 # --------------------------------------------------------------------------- timing

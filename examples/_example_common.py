@@ -21,22 +21,8 @@ import jax
 import numpy as np
 
 import inplace_jax
+from inplace_jax._equal import trees_equal
 from inplace_jax._report import format_copy, human_bytes
-
-
-def trees_equal(a: Any, b: Any) -> bool:
-  """Same structure, dtypes, shapes and bits."""
-  la, ta = jax.tree.flatten(a)
-  lb, tb = jax.tree.flatten(b)
-  if ta != tb:
-    return False
-  for x, y in zip(la, lb, strict=True):
-    x, y = np.asarray(x), np.asarray(y)
-    if x.dtype != y.dtype or x.shape != y.shape:
-      return False
-    if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
-      return False
-  return True
 
 
 def _time(fn: Callable, make_args: Callable[[], tuple],

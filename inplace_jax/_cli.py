@@ -65,8 +65,11 @@ import threading
 import time
 import traceback
 import warnings
+
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from ._equal import trees_equal
 
 PROG = "python -m inplace_jax"
 
@@ -551,23 +554,6 @@ def _run(variant: Variant, jitted: Callable, args: Sequence[Any], donate: Sequen
       del call_args
   variant.timing = inputs.mode
   return variant
-
-
-def trees_equal(a: Any, b: Any) -> bool:
-  """Same structure, dtypes, shapes and bits (NaNs equal to NaNs)."""
-  import jax
-  import numpy as np
-  la, ta = jax.tree.flatten(a)
-  lb, tb = jax.tree.flatten(b)
-  if ta != tb:
-    return False
-  for x, y in zip(la, lb, strict=True):
-    x, y = np.asarray(x), np.asarray(y)
-    if x.dtype != y.dtype or x.shape != y.shape:
-      return False
-    if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
-      return False
-  return True
 
 
 # --------------------------------------------------------------------------- output

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import inplace_jax
+from inplace_jax._equal import tree_difference
 
 # Whether copies that plain jax.jit makes are expected: they are CPU facts (XLA:GPU
 # keeps barriers and orders reads by its schedule, FINDINGS.md).
@@ -27,14 +28,8 @@ def fresh(tree):
 
 
 def assert_tree_equal(a, b):
-  la, ta = jax.tree.flatten(a)
-  lb, tb = jax.tree.flatten(b)
-  assert ta == tb, (ta, tb)
-  for x, y in zip(la, lb, strict=True):
-    x, y = np.asarray(x), np.asarray(y)
-    assert x.dtype == y.dtype and x.shape == y.shape, (x.dtype, x.shape, y.dtype,
-                                                       y.shape)
-    assert np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), (x, y)
+  diff = tree_difference(a, b)
+  assert diff is None, f"{diff}\n  jax.jit:     {a!r}\n  inplace_jax: {b!r}"
 
 
 class Compared:
