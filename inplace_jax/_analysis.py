@@ -357,6 +357,11 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       frontier_vars.extend(f[0])
       region |= f[1]
     tied = kept_tied
+    # Every read left untied runs after the barrier and reads its output. Read
+    # from the version before the barrier, it would be a second value of one
+    # buffer, and XLA:CPU has fused such a read into the in-place update itself and
+    # returned wrong values (a row swap in bfloat16, in the fuzzer).
+    after_pre.setdefault(u, set()).update(set(reads) - set(tied) - region)
     co_out = [w for w in co_out if _cut_safe_var(eqns[p], w) and not sensitive(w)]
     if split:
       splits.add(u)
@@ -418,17 +423,15 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
                                 tuple(pre_sources.get(u, ()))))
   for u, vs in post_versions.items():
     barriers.append(BarrierSpec("post", u, tuple(vs)))
-  order = None
-  for extra in (after_tie, {}):
-    for private_edges in (after_pre, {}):
-      if order is None:
-        order = _schedule(n, succ_edges, pre_versions, pre_read_eqns,
-                          _union(private_edges, extra), post_versions, producer,
-                          consumers)
+  # Both kinds of edges are needed for the barriers to be sound, so where they
+  # cannot all be honoured (an untied read that a tied one needs first, say), the
+  # jaxpr is left as it is.
+  order = _schedule(n, succ_edges, pre_versions, pre_read_eqns,
+                    _union(after_pre, after_tie), post_versions, producer,
+                    consumers)
   if order is None:
-    # Should not happen; never emit a wrong program: keep the original order.
-    conflicts.append(Conflict("internal", "inplace_jax could not schedule this "
-                              "jaxpr; it is left unchanged (please report)"))
+    conflicts.append(Conflict("unsequenced", "inplace_jax could not order the reads "
+                              "of this jaxpr soundly; it is left unchanged"))
     order = tuple(Step("eqn", k) for k in range(n))
     barriers, splits, moved = [], set(), set()
 
