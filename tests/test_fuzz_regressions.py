@@ -358,3 +358,31 @@ def square_feeds_slice_add(b0):
 
 def test_square_feeds_slice_add(worker):
   _check(worker, square_feeds_slice_add, f32("b0", 16, 32), data_seed=1161491939)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def bf16_swap_after_custom_vjp(b0):
+  """Long run seed 11 #2154 (also #1603, #2251), commit d14a7bc. Oracle: values
+  (wrong, not rounding: row 3 got the new row 1). A read left untied (its fusion
+  region reached a later update) read the value before the barrier; XLA:CPU fused it
+  into the in-place update of the barrier's output, the same buffer, and read the
+  row after overwriting it. Untied reads now read the barrier's output."""
+  def fn2(b0):
+    return (b0, jnp.float32(0))
+  fn2c = jax.custom_vjp(fn2)
+  fn2c.defvjp(lambda *a: (fn2(*a), None), lambda _, g: g[:1])
+  (b0, v2) = fn2c(b0)
+  v4 = b0[1]
+  b0 = b0.at[1].set(b0[3])
+  b0 = b0.at[3].set(v4)
+  v5 = b0[5]
+  b0 = b0.at[jnp.int32(0)].set(v5)
+  b0 = b0.at[jnp.array([5], dtype=jnp.int32)].min(v2.astype(jnp.bfloat16))
+  return (b0,)
+
+
+def test_bf16_swap_after_custom_vjp(worker):
+  _check(worker, bf16_swap_after_custom_vjp, Buf("b0", (16, 32), "bfloat16"),
+         data="integer")
