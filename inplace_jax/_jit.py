@@ -183,7 +183,10 @@ class InplaceJitted:
 
   def _verify(self, args, kwargs) -> None:
     report = self._report(args, kwargs)
-    if report.copies and report.verified and self.on_copy != "raise":
+    # Copies under min_bytes (loop counters, scalars) are not worth a second
+    # compilation; anything larger is compared with plain jax.jit's program.
+    if (report.copies_over(self.min_bytes) and report.verified
+        and self.on_copy != "raise"):
       report = self._maybe_fall_back(report, args, kwargs)
     self.reports.append(report)
     if self.on_copy == "ignore":
@@ -206,8 +209,9 @@ class InplaceJitted:
     warnings.warn(message, InplaceCopyWarning, stacklevel=3)
 
   def _maybe_fall_back(self, report: CopyReport, args, kwargs) -> CopyReport:
-    """Never copy more than plain `jax.jit`: when copies remain, compile the
-    untransformed program too, and if it copies fewer bytes, use it from now on.
+    """Never copy more than plain `jax.jit`: when copies of at least `min_bytes`
+    remain, compile the untransformed program too, and if it copies fewer bytes,
+    use it from now on.
 
     XLA's fusion and simplification decisions around barriers are not fully
     predictable; this makes the promise hold on every program, at the cost of one

@@ -169,9 +169,9 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, depth: int = 0) -> bool:
   for k, pos in consumers.get(var, ()):
     e = eqns[k]
     name = e.primitive.name
-    if name in _SENSITIVE_NAMES:
+    if name in _SENSITIVE_NAMES or _applies_function(e):
       out = True
-    elif name in _TRANSPARENT_NAMES:
+    elif name in _TRANSPARENT_NAMES or e.primitive in _SCATTERS:
       out = any(feeds_sensitive(w, eqns, consumers, memo, depth + 1)
                 for w in e.outvars if not C.is_drop_var(w))
     elif C.jaxprs_in_params(e.params):
@@ -181,6 +181,17 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, depth: int = 0) -> bool:
       break
   memo[var] = out
   return out
+
+
+# The scatter family carries its combiner as a jaxpr, one exact operation (or none);
+# it is data movement for this purpose, not a sub-computation.
+_SCATTERS = frozenset(C.SCATTER_PRIMITIVES)
+
+
+def _applies_function(eqn) -> bool:
+  """A `scatter` that applies a function to the old values (`.at[].apply`)."""
+  return (eqn.primitive is C.scatter_p and eqn.params.get("update_jaxpr") is not None
+          and bool(eqn.params["update_jaxpr"].eqns))
 
 
 _inner_cache: dict = {}
