@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
+
+from inplace_jax._report import human_time
 
 from ._harness import FLOOR, INPLACE, JAX, REGION_JIT, VARIANTS, copy_count
 
 WIDTH = 118
-
-
-def fmt_time(s: float | None) -> str:
-  if s is None or (isinstance(s, float) and math.isnan(s)):
-    return "-"
-  if s >= 1.0:
-    return f"{s:.2f}s"
-  if s >= 1e-3:
-    return f"{s * 1e3:.3g}ms"
-  return f"{s * 1e6:.3g}us"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -73,7 +64,7 @@ CASE_HEADER = (f"{'case':<27} {'jax.jit':>8} {'+region':>8} {'inplace':>8} {'flo
 
 def case_line(row, targets: list[dict]) -> str:
   v = row["variants"]
-  t = lambda k: fmt_time(v.get(k, {}).get("median_s"))
+  t = lambda k: human_time(v.get(k, {}).get("median_s"), "-")
   marks = "; ".join(fmt_target(x, _short(x)) for x in targets)
   return (f"{row['case'][:27]:<27} {t(JAX):>8} {t(REGION_JIT):>8} {t(INPLACE):>8} "
           f"{t(FLOOR):>8} {_copies(row):>7} {_temps(row):>16} "
@@ -115,11 +106,11 @@ def print_compile(rows: list[dict], targets_of) -> None:
   for row in rows:
     v = row["variants"]
     t = targets_of(row)[0]
-    print(f"{row['case'][:27]:<27} {fmt_time(v[JAX]['lower_compile_s']):>8} "
-          f"{fmt_time(v[INPLACE]['lower_compile_s']):>8} "
+    print(f"{row['case'][:27]:<27} {human_time(v[JAX]['lower_compile_s']):>8} "
+          f"{human_time(v[INPLACE]['lower_compile_s']):>8} "
           f"{row['ratio_lower_compile']:>5.2f}x   "
-          f"{fmt_time(v[JAX]['first_call_s']):>12} "
-          f"{fmt_time(v[INPLACE]['first_call_s']):>8} {row['ratio_first_call']:>5.2f}x "
+          f"{human_time(v[JAX]['first_call_s']):>12} "
+          f"{human_time(v[INPLACE]['first_call_s']):>8} {row['ratio_first_call']:>5.2f}x "
           f"{_values(row):>6}  <= {t['bound']:g} {mark(t)}")
 
 
@@ -132,7 +123,7 @@ def print_transform(rows: list[dict], targets_of) -> None:
     marks = "; ".join(f"<= {t['bound']:g}s {mark(t)}" for t in targets_of(row))
     vals = _values(row) if "values_ok" in row else "-"
     print(f"{p['top_eqns']:>6}/{p['eqns_with_subjaxprs']:<9} "
-          f"{fmt_time(row['median_s']):>8} {row['us_per_eqn']:>7.1f} "
+          f"{human_time(row['median_s']):>8} {row['us_per_eqn']:>7.1f} "
           f"{row['scaling']:>7.2f}x {plan.get('barriers', 0):>8} "
           f"{plan.get('moved', 0):>5} {plan.get('splits', 0):>6} {vals:>6}  {marks}")
 

@@ -22,7 +22,7 @@ import numpy as np
 
 import inplace_jax
 from inplace_jax._equal import trees_equal
-from inplace_jax._report import format_copy, human_bytes
+from inplace_jax._report import format_copy, human_bytes, human_time
 
 
 def _time(fn: Callable, make_args: Callable[[], tuple],
@@ -73,12 +73,6 @@ def compare(name: str, fn: Callable, make_args: Callable[[], tuple], *,
   return result
 
 
-def _fmt_time(s: float | None) -> str:
-  if s is None:
-    return "not timed"
-  return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
-
-
 def print_result(r: dict[str, Any], results: list | None = None,
                  min_bytes: int = 1024) -> None:
   """Before/after lines, the ratio, and any copy left under inplace_jax.jit.
@@ -91,7 +85,7 @@ def print_result(r: dict[str, Any], results: list | None = None,
   for label in ("jax.jit", "inplace_jax.jit"):
     v = r[label]
     print(f"  {label:16s} {len(v['copies'])} copies ({human_bytes(v['copy_bytes'])}), "
-          f"{_fmt_time(v['median_s'])} per call")
+          f"{human_time(v['median_s'], 'not timed')} per call")
   before, after = r["jax.jit"]["median_s"], r["inplace_jax.jit"]["median_s"]
   if before and after:
     print(f"  time ratio jax.jit / inplace_jax.jit: {before / after:,.1f}x")

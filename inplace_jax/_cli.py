@@ -559,16 +559,6 @@ def _run(variant: Variant, jitted: Callable, args: Sequence[Any], donate: Sequen
 # --------------------------------------------------------------------------- output
 
 
-def _fmt_time(s: float | None) -> str:
-  if s is None:
-    return "n/a"
-  if s >= 1:
-    return f"{s:.3f} s"
-  if s >= 1e-3:
-    return f"{s * 1e3:.3f} ms"
-  return f"{s * 1e6:.1f} us"
-
-
 def _fmt_ratio(r: float | None) -> str:
   if r is None:
     return "n/a"
@@ -603,7 +593,7 @@ def _type_str(a: Any) -> str:
 
 def format_text(result: dict[str, Any], jj: Variant, ij: Variant, arg_lines: list[str]
                 ) -> str:
-  from ._report import format_copy, human_bytes
+  from ._report import format_copy, human_bytes, human_time
   lines = [f"inplace_jax check: {result['function']} "
            f"(backend {result['backend']}, jax {result['jax_version']})"]
   lines += [f"  {a}" for a in arg_lines]
@@ -614,9 +604,9 @@ def format_text(result: dict[str, Any], jj: Variant, ij: Variant, arg_lines: lis
   copied = (v.report.total_copy_bytes for v in (jj, ij))
   rows.append(["copied bytes per call", *(f"{n:,} ({human_bytes(n)})" for n in copied)])
   rows.append([f"median time per call ({result['repeat']} warm calls)",
-               _fmt_time(jj.median_s), _fmt_time(ij.median_s)])
+               human_time(jj.median_s), human_time(ij.median_s)])
   rows.append(["compile + first call",
-               _fmt_time(jj.first_call_s), _fmt_time(ij.first_call_s)])
+               human_time(jj.first_call_s), human_time(ij.first_call_s)])
   widths = [max(len(r[i]) for r in rows) for i in range(3)]
   lines.append("")
   lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()

@@ -226,6 +226,16 @@ def human_bytes(n: int | None) -> str:
   raise AssertionError("unreachable")
 
 
+def human_time(s: float | None, missing: str = "n/a") -> str:
+  """`0.00748` -> `"7.48 ms"`; three significant digits, `missing` for None or NaN."""
+  if s is None or s != s:
+    return missing
+  for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+    if abs(s) >= scale or unit == "us":
+      return f"{s / scale:.3g} {unit}"
+  raise AssertionError("unreachable")
+
+
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
   widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
   return [
