@@ -97,6 +97,15 @@ def cond_in_scan_swapped(x):
   return lax.scan(body, x, jnp.arange(1, N))
 
 
+def cond_two_rows_read_outside(x, p):
+  """The row both branches use is read before the conditional: XLA must not hoist
+  the branches' arithmetic on it out of the loops the conditional becomes (its
+  loop-invariant code motion would move the read after the first loop's update)."""
+  y = x[2]
+  return lax.cond(p > 0, lambda x: x.at[0].set(y + 1.0),
+                  lambda x: x.at[1].set(y * 2.0), x)
+
+
 def cond_swap_rows(x, p):
   def sw(x):
     a, b = x[0], x[1]
@@ -167,6 +176,7 @@ CASES = {
 PREDICATED = {
     "cond_two_rows": cond_two_rows,
     "cond_two_rows_swapped": cond_two_rows_swapped,
+    "cond_two_rows_read_outside": cond_two_rows_read_outside,
     "cond_swap_rows": cond_swap_rows,
     "cond_swap_rows_swapped": cond_swap_rows_swapped,
     "cond_chain": cond_chain,
