@@ -645,15 +645,35 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   the body of loop k, entered iff the index is k; the buffers in `pairs` are carried
   through the loops and every other output is carried from a zero initial value. The
   branch bodies are used as they are, so the values are exactly the branch's.
+
+  Outputs that no branch computes from a carried buffer or a large operand (flags,
+  scalars, small slices) stay in a `cond` of their own, cut down to what they need,
+  ahead of the loops: a conditional XLA inlines and simplifies as under `jax.jit`
+  when it learns the index, where the loops' trip count stays opaque to it (so
+  `-0.0 + v` with `v` a branch's 0.0 is folded, or not, alike on both sides).
   """
   index, ops = invars[0], list(invars[1:])
   carried_in = [i for i, _ in pairs]
   carried_out = [o for _, o in pairs]
-  other_out = [o for o in range(len(eqn.outvars)) if o not in carried_out]
   const_ops = [i for i in range(len(ops)) if i not in carried_in]
+  side = _side_outputs(branches, carried_out, carried_in, const_ops)
+  other_out = [o for o in range(len(eqn.outvars))
+               if o not in carried_out and o not in side]
   out_avals = [v.aval for v in eqn.outvars]
 
   new_eqns: list[C.JaxprEqn] = []
+  if side:
+    used = [o in side for o in range(len(eqn.outvars))]
+    keep = [i not in carried_in for i in range(len(ops))]
+    side_branches = []
+    for branch in branches:
+      j, _ = C.dce_jaxpr(branch.jaxpr, used, instantiate=keep)
+      assert len(j.invars) == len(const_ops)
+      side_branches.append(C.ClosedJaxpr(j, branch.consts))
+    new_eqns.append(C.new_jaxpr_eqn(
+        [index] + [ops[i] for i in const_ops], [eqn.outvars[o] for o in side],
+        C.cond_p, dict(eqn.params, branches=tuple(side_branches)),
+        C.no_effects, eqn.source_info, eqn.ctx))
 
   def zeros():
     def make():
@@ -704,9 +724,43 @@ def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
   return closed
 
 
+def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out, carried_in,
+                  const_ops) -> list[int]:
+  """`lower_cond`'s outputs that can stay in a conditional: in every branch computed
+  from small non-carried operands only, by equations no carried output needs."""
+  n_out = len(branches[0].jaxpr.outvars)
+  side = []
+  for o in range(n_out):
+    if o in carried_out:
+      continue
+    mask = [k == o for k in range(n_out)]
+    for branch in branches:
+      _, used = C.dce_jaxpr(branch.jaxpr, mask)
+      invars = branch.jaxpr.invars
+      if any(used[i] for i in carried_in) or any(
+          used[i] and is_big(invars[i].aval) for i in const_ops):
+        break
+    else:
+      side.append(o)
+  if not side:
+    return side
+  for branch in branches:
+    halves = [C.dce_jaxpr(branch.jaxpr, [(k in side) == want for k in range(n_out)])[0]
+              for want in (True, False)]
+    defined = [{id(v) for e in h.eqns for v in e.outvars} for h in halves]
+    if defined[0] & defined[1]:
+      return []     # shared work: keep it in one place, the loops
+  return side
+
+
 def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
                     other_out) -> C.ClosedJaxpr:
   j = branch.jaxpr
+  used = set(carried_out) | set(other_out)
+  # Only the equations the loop's outputs need (the rest went to the side `cond`);
+  # dce_jaxpr keeps the variables, so the branch's own invars and outvars index them.
+  eqns = C.dce_jaxpr(j, [o in used for o in range(len(j.outvars))],
+                     instantiate=True)[0].eqns
   flag = C.new_var(C.ShapedArray((), np.dtype(np.int32)))
   dummies = [C.new_var(j.outvars[o].aval) for o in other_out]
   invars = [j.invars[i] for i in const_ops] + [flag] + [
@@ -714,7 +768,7 @@ def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
   zero = C.Literal(np.int32(0), C.ShapedArray((), np.dtype(np.int32)))
   outvars = [zero] + [j.outvars[o] for o in carried_out] + [
       j.outvars[o] for o in other_out]
-  body = C.Jaxpr(j.constvars, invars, outvars, j.eqns, j.effects, j.debug_info)
+  body = C.Jaxpr(j.constvars, invars, outvars, eqns, j.effects, j.debug_info)
   return C.ClosedJaxpr(body, branch.consts)
 
 

@@ -245,3 +245,56 @@ def test_lu_with_partial_pivoting():
   a = jax.random.normal(jax.random.PRNGKey(0), (64, 64))
   r = compare(lu, a)
   assert not r.big_copies(64 * 64 * 4), r.report
+
+
+def cond_small_outputs(x, p, w, table):
+  """Branches that update `x` and also return values computed from small operands
+  (`p`, `w`), from a large one (`table`), and from the buffer itself."""
+  def a(x):
+    x = x.at[0].set(w)
+    return x, p * 2, w[:4] + 1.0, table.sum(), x[0, 0]
+  def b(x):
+    x = x.at[1].set(w * 2.0)
+    return x, p - 1, w[4:8], table[0].sum(), x[3, 3]
+  return lax.cond(p > 0, a, b, x)
+
+
+@pytest.mark.parametrize("p", [0, 1])
+def test_cond_small_outputs_leave_the_loops(p):
+  """The outputs computed from small operands only go to a `cond` of their own
+  (`lower_cond`'s side outputs); those from the large operand or the buffer stay
+  in the loops. Values exact, no full copy, in both branches."""
+  import inplace_jax
+  args = (_x(), jnp.int32(p), jnp.linspace(-1.0, 1.0, M, dtype=jnp.float32),
+          jnp.ones((N, M), jnp.float32))
+  r = compare(cond_small_outputs, *args)
+  assert not r.big_copies(FULL), r.report
+  jaxpr = inplace_jax.sequence_jaxpr(jax.make_jaxpr(cond_small_outputs)(*args),
+                                     (True, False, False, False))[0]
+  prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+  assert prims.count("cond") == 1 and prims.count("while") == 2, prims
+  side = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "cond")
+  # p * 2 and w[:4] + 1.0 (branch a) / p - 1 and w[4:8] (branch b): two outputs
+  assert len(side.outvars) == 2 and {v.aval.shape for v in side.outvars} == {(), (4,)}
+
+
+def cond_shared_work(x, p, w):
+  """A small output and the update share `w * 3.0`: it stays in one place."""
+  def a(x):
+    v = w * 3.0
+    return x.at[0].set(v), v[0]
+  def b(x):
+    return x.at[1].set(w), w[1]
+  return lax.cond(p > 0, a, b, x)
+
+
+@pytest.mark.parametrize("p", [0, 1])
+def test_cond_shared_work_is_not_split(p):
+  import inplace_jax
+  args = (_x(), jnp.int32(p), jnp.linspace(-1.0, 1.0, M, dtype=jnp.float32))
+  r = compare(cond_shared_work, *args)
+  assert not r.big_copies(FULL), r.report
+  jaxpr = inplace_jax.sequence_jaxpr(jax.make_jaxpr(cond_shared_work)(*args),
+                                     (True, False, False))[0]
+  prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+  assert "cond" not in prims and prims.count("while") == 2, prims

@@ -394,16 +394,12 @@ def switch_in_one_trip_scan_adds_zero(b1, b2):
   so XLA unrolls it and learns the switch index (branch 1, which outputs 0.0):
   under jax.jit it inlines the conditional and folds `b2 * 0.5 + 0.0` to
   `b2 * 0.5`, keeping -0.0 (XLA's simplifier is not IEEE about x + 0; eager
-  evaluation gives +0.0). inplace_jax lowers the switch to loops of zero or one trip
-  that test a flag, whose trip count XLA cannot compute, so the add stays and gives
-  the IEEE +0.0.
-
-  Known and kept: a counting loop (`i < n`, `i + 1`), whose trip count XLA does
-  compute, matches jax.jit here, but XLA then also hoists the branches' arithmetic
-  out of loops it no longer knows run at most once, which reintroduces full copies
-  (tests/test_control_flow.py::cond_two_rows_read_outside). XLA's trip-count
-  analysis accepts either form, never both. The test below pins the divergence
-  instead of the usual `_check`."""
+  evaluation gives +0.0). inplace_jax lowered the switch to loops of zero or one trip
+  that test a flag, whose trip count XLA cannot compute, so the add stayed. The
+  scalar output now stays in a `cond` of its own, which XLA inlines alike.
+  (A counting loop, whose trip count XLA computes, also matched, but XLA then
+  hoists the branches' arithmetic out of loops it no longer knows run at most once,
+  and the copies come back: tests/test_control_flow.py::cond_two_rows_read_outside.)"""
   def body(c, i):
     (b1, b2) = c
     def br0(b1):
@@ -418,25 +414,44 @@ def switch_in_one_trip_scan_adds_zero(b1, b2):
   return (b2,)
 
 
-def test_switch_in_one_trip_scan_adds_zero():
-  """The documented divergence, pinned: inplace_jax.jit equals eager evaluation bit
-  for bit; jax.jit differs from both only in the sign of the zeros."""
+def test_switch_in_one_trip_scan_adds_zero(worker):
+  _check(worker, switch_in_one_trip_scan_adds_zero, Buf("b1", (32, 64), "int32"),
+         f32("b2", 24, 32), data="special", data_seed=1995224197)
+
+
+def switch_zeroes_buffer_in_one_trip_scan(b1, b2):
+  """Not from the fuzzer: the case the fix above leaves, pinned. A branch overwrites
+  the carried buffer with zeros; once XLA learns the index (the one-trip scan
+  unrolled) jax.jit folds `b2 + zeros` to `b2`, keeping -0.0, while the loop
+  inplace_jax carries the buffer through keeps the add: +0.0, as in eager JAX."""
+  def body(c, i):
+    b1, b2 = c
+    b1 = lax.switch((i + 2) % 3, [lambda b: b.at[6:10].set(1.0), jnp.zeros_like], b1)
+    return (b1, b2 + b1), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return b1, b2
+
+
+def test_switch_zeroes_buffer_in_one_trip_scan():
+  """The documented divergence: inplace_jax.jit equals eager evaluation bit for
+  bit; jax.jit differs from both only in the sign of the zeros."""
   import inplace_jax
   import numpy as np
   from inplace_jax._equal import tree_difference
 
   def args():
     b2 = jnp.asarray(np.random.default_rng(0).normal(size=(24, 32)), jnp.float32)
-    return jnp.zeros((32, 64), jnp.int32), b2.at[::3].set(-0.0)
+    return jnp.ones((24, 32), jnp.float32), b2.at[::3].set(-0.0)
 
+  fn = switch_zeroes_buffer_in_one_trip_scan
   with jax.disable_jit():
-    eager = switch_in_one_trip_scan_adds_zero(*args())
-  ours = inplace_jax.jit(switch_in_one_trip_scan_adds_zero, donate_argnums=1)(*args())
-  ref = jax.jit(switch_in_one_trip_scan_adds_zero, donate_argnums=1)(*args())
+    eager = fn(*args())
+  ours = inplace_jax.jit(fn, donate_argnums=(0, 1))(*args())
+  ref = jax.jit(fn, donate_argnums=(0, 1))(*args())
   assert tree_difference(ours, eager) is None
-  zeros = np.asarray(eager[0])[np.asarray(eager[0]) == 0]
+  zeros = np.asarray(eager[1])[np.asarray(eager[1]) == 0]
   assert zeros.size == 8 * 32 and not np.signbit(zeros).any()  # -0.0 + 0.0 is +0.0
-  (r,), (o,) = ref, ours
-  assert np.array_equal(np.asarray(r), np.asarray(o))  # equal as numbers
+  assert all(np.array_equal(np.asarray(r), np.asarray(o))     # equal as numbers
+             for r, o in zip(ref, ours))
   assert tree_difference(ref, ours) is not None, (
-      "jax.jit now agrees with inplace_jax.jit: turn this back into a _check test")
+      "jax.jit now agrees with inplace_jax.jit: check this case with _check")
