@@ -58,6 +58,15 @@ def while_dp(x, t):
   return x, t + 1
 
 
+def scan_prev_row_unrolled(x, t):
+  """`scan_prev_row` with `unroll=4`: steps side by side in one XLA loop body."""
+  def body(x, i):
+    prev = x[i - 1]
+    return x.at[i].set(prev * 0.5 + 1.0), prev[0]
+  x, firsts = lax.scan(body, x, jnp.arange(1, x.shape[0]), unroll=4)
+  return x.at[0, 0].set(firsts[-1]), t + 1
+
+
 def nested_loops(x, t):
   """Two nested fori_loops: x[i, j] = x[i-1, j] + x[i, j-1], cell by cell."""
   rows, cols = min(x.shape[0], 32), min(x.shape[1], 32)
@@ -139,6 +148,7 @@ PROGRAMS = (
     ("fori swap rows i,p", swap_rows_fori),
     ("in-place roll (fori)", roll_rows),
     ("scan reads t-1 writes t", scan_prev_row),
+    ("same scan, unroll=4", scan_prev_row_unrolled),
     ("while DP table", while_dp),
     ("nested fori 2-level", nested_loops),
     ("cond two rows", cond_two_rows),

@@ -73,11 +73,15 @@ class EqnInfo:
   # carrying these (operand, output) pairs.
   lower_cond: bool = False
   cond_carries: tuple[tuple[int, int], ...] = ()
+  # Invars of an unrolled `scan` body to pass through one `optimization_barrier` at
+  # the start of the body (see `_rules._unrolled_entry_barrier`).
+  entry_barrier: tuple[int, ...] = ()
   conflicts: tuple[Conflict, ...] = ()
 
   @property
   def changed(self) -> bool:
-    return self.lower_cond or any(p.changed for _, p in self.subplans)
+    return (self.lower_cond or bool(self.entry_barrier)
+            or any(p.changed for _, p in self.subplans))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +155,7 @@ class Plan:
       counts["moved"] += len(p.moved)
       for info in p.infos:
         counts["lowered_conds"] += int(info.lower_cond)
+        counts["barriers"] += int(bool(info.entry_barrier))
         for _, sub in info.subplans:
           visit(sub)
 

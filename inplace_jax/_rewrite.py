@@ -43,6 +43,20 @@ def _barrier_eqn(operands, like):
   return eqn, outs
 
 
+def _with_entry_barrier(closed, positions, like):
+  """`closed` with its invars at `positions` passed through one barrier first; the
+  barrier binds the old invars, so the body's equations stay as they are."""
+  j = closed.jaxpr
+  fresh = {i: C.new_var(j.invars[i].aval) for i in positions}
+  b_eqn = C.new_jaxpr_eqn([fresh[i] for i in positions], [j.invars[i] for i in positions],
+                          C.optimization_barrier_p, {}, C.no_effects, like.source_info,
+                          like.ctx)
+  invars = [fresh.get(i, v) for i, v in enumerate(j.invars)]
+  body = C.Jaxpr(j.constvars, invars, j.outvars, [b_eqn, *j.eqns], j.effects,
+                 j.debug_info)
+  return C.ClosedJaxpr(body, closed.consts)
+
+
 def _with_subplans(eqn, info, rewriter):
   params = dict(eqn.params)
   for (key, pos), sub in info.subplans:
@@ -108,8 +122,10 @@ def _rewrite(plan: Plan, rewriter: Rewriter):
         out.extend(_rules.lower_cond(eqn, params["branches"], info.cond_carries,
                                      invars))
       elif info.subplans and info.changed:
-        out.append(eqn.replace(invars=invars,
-                               params=_with_subplans(eqn, info, rewriter)))
+        params = _with_subplans(eqn, info, rewriter)
+        if info.entry_barrier:
+          params["jaxpr"] = _with_entry_barrier(params["jaxpr"], info.entry_barrier, eqn)
+        out.append(eqn.replace(invars=invars, params=params))
       elif any(a is not b for a, b in zip(invars, eqn.invars, strict=True)):
         out.append(eqn.replace(invars=invars))
       else:

@@ -465,7 +465,54 @@ def _scan_rule(eqn, is_version, ctx):
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),),
+                 entry_barrier=_unrolled_entry_barrier(eqn, body, plan, nc, nk, mask),
                  conflicts=_carry_conflicts(eqn, plan, nc, nk, mask))
+
+
+_UPDATES = frozenset((C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES))
+
+
+def _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask) -> tuple[int, ...]:
+  """Carries of an unrolled scan body to tie at the start of the body.
+
+  With `unroll=k` JAX lays k copies of the body side by side in one XLA loop body,
+  so one step's update of a carried buffer meets the next step's reads of it in
+  straight-line code, where XLA fuses the update into the reads' fusion and then
+  copies the whole buffer to do the update in place (jax.jit too: 2 MB per step
+  for f32[2048,256]). A barrier on the carry at the start of each step keeps the
+  steps apart. Only carries updated in place by a dynamic-update-slice or scatter,
+  as the body's last step, and read in the body besides; not 16-bit floats (XLA
+  computes those in f32 across fused steps, so a barrier could round)."""
+  unroll = eqn.params.get("unroll", 1)
+  length = eqn.params["length"]
+  if unroll is False or unroll == 1 or length <= 1:
+    return ()
+  producer = {v: e for e in body.eqns for v in e.outvars}
+  out = []
+  for j in range(nk):
+    i = nc + j
+    invar, outvar = body.invars[i], body.outvars[j]
+    last = producer.get(outvar) if not C.is_literal(outvar) else None
+    if (mask[i] and plan.flows[i] == j and last is not None
+        and last.primitive in _UPDATES and not normalised_float(invar.aval)
+        and _reads_version_chain(body, invar)):
+      out.append(i)
+  return tuple(out)
+
+
+def _reads_version_chain(jaxpr, invar) -> bool:
+  """Whether `invar`, or a version an update made of it, is used other than as the
+  operand an update writes into."""
+  versions = {invar}
+  for e in jaxpr.eqns:
+    for k, v in enumerate(e.invars):
+      if C.is_literal(v) or v not in versions:
+        continue
+      if e.primitive in _UPDATES and k == 0:
+        versions.add(e.outvars[0])
+      else:
+        return True
+  return False
 
 
 # --------------------------------------------------------------------------- cond

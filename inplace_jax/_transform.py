@@ -75,6 +75,10 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     raise ValueError(f"donated has {len(donated)} entries but the jaxpr has "
                      f"{len(jaxpr.invars)} inputs")
   jaxpr, consts = _discharge_refs(jaxpr, consts)
+  # Dead code first, as `jax.jit` does before lowering: a dead read (a value never
+  # used, a conditional's operand no branch uses) would otherwise be ordered by a
+  # barrier that keeps it, and its neighbours, from XLA's simplifier.
+  jaxpr = C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
   if erase_remat_barriers:
     jaxpr = _without_remat_barriers(jaxpr, {})
   # The analysis allocates many small containers at once; the cyclic garbage

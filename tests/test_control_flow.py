@@ -298,3 +298,45 @@ def test_cond_shared_work_is_not_split(p):
                                      (True, False, False))[0]
   prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
   assert "cond" not in prims and prims.count("while") == 2, prims
+
+
+def fori_unrolled(x, unroll):
+  return lax.fori_loop(0, 21, lambda i, x: x.at[i + 1].set(x[i] + x[i + 1]), x,
+                       unroll=unroll)
+
+
+def scan_unrolled(x, unroll, reverse):
+  def body(c, t):
+    return c.at[t].set(c[t + 1] * 0.5 + 1.0), c[t, 0]
+  return lax.scan(body, x, jnp.arange(N - 1), unroll=unroll, reverse=reverse)
+
+
+@pytest.mark.parametrize("unroll", [2, 3, True])
+def test_unrolled_fori_no_full_copy(unroll):
+  """`unroll` lays steps side by side in one XLA loop body, where one step's update
+  fuses into the next step's reads and XLA copies the buffer per step (jax.jit
+  too); a barrier on the carry at each step's start keeps them apart."""
+  r = compare(fori_unrolled, _x(), unroll, static_argnums=(1,))
+  assert not r.big_copies(FULL), r.report
+  if unroll != True:  # noqa: E712 - unroll=True is full unrolling, no loop left
+    assert r.ref_big_copies(FULL) or not ON_CPU
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("unroll", [1, 3])
+def test_unrolled_scan_no_full_copy(unroll, reverse):
+  r = compare(scan_unrolled, _x(), unroll, reverse, static_argnums=(1, 2))
+  assert not r.big_copies(FULL), r.report
+
+
+def test_unrolled_scan_entry_barrier_only_when_read():
+  """A body that only writes its carry gets no barrier (nothing to fuse)."""
+  import inplace_jax
+  def writes_only(x):
+    return lax.fori_loop(0, 8, lambda i, x: x.at[i].set(jnp.float32(i)), x, unroll=2)
+  assert inplace_jax.jit(writes_only, donate_argnums=0).trace(_x()) is not None
+  plan = inplace_jax.sequence_jaxpr(jax.make_jaxpr(writes_only)(_x()), (True,))[1]
+  assert plan.stats()["barriers"] == 0
+  plan = inplace_jax.sequence_jaxpr(jax.make_jaxpr(lambda x: fori_unrolled(x, 2))(_x()),
+                                    (True,))[1]
+  assert plan.stats()["barriers"] == 1
