@@ -48,6 +48,14 @@ def new_var(aval: Any) -> Var:
   return _core.Var(aval)
 
 
+def loose_debug_info(debug_info: Any) -> Any:
+  """A jaxpr's debug info without argument names and result paths, for a rebuilt
+  jaxpr whose inputs or outputs no longer match the traced function's."""
+  if debug_info is not None and hasattr(debug_info, "with_unknown_names"):
+    return debug_info.with_unknown_names()
+  return debug_info
+
+
 def is_drop_var(v: Any) -> bool:
   return isinstance(v, _core.DropVar)
 

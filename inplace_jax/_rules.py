@@ -753,6 +753,80 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   return new_eqns
 
 
+def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
+                         ) -> C.JaxprEqn:
+  """The `scan` with its scanned-over operands `xs[k]` turned into carried buffers
+  whose row t the body reads and then writes back as `ys[j]`, for each `(k, j)`.
+
+  JAX's `scan` reads `xs` row by row and builds each `ys` as a new stacked array;
+  when `ys[j]` is the updated `xs[k]` (a KV cache stacked over layers, scanned over
+  the layers), XLA cannot reuse `xs[k]`'s buffer for `ys[j]` and copies the whole
+  stack on entry, and each row per step. Carried, the stack is updated in place:
+  row t is read with `dynamic_slice` and written back with `dynamic_update_slice`
+  (rows counted down for `reverse`), the body's own equations unchanged: the
+  values are the same, moved rather than computed.
+  """
+  p = eqn.params
+  nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+  closed = p["jaxpr"]
+  body = closed.jaxpr
+  n_xs = len(eqn.invars) - nc - nk
+  n_ys = len(eqn.outvars) - nk
+  moved_k = [k for k, _ in pairs]
+  moved_j = [j for _, j in pairs]
+  rest_k = [k for k in range(n_xs) if k not in moved_k]
+  rest_j = [j for j in range(n_ys) if j not in moved_j]
+  int32 = C.ShapedArray((), np.dtype(np.int32))
+  count = C.new_var(int32)
+  bufs = [C.new_var(eqn.invars[nc + nk + k].aval) for k in moved_k]
+
+  eqns: list[C.JaxprEqn] = []
+  if p["reverse"]:
+    idx_eqns, (row,) = trace_eqns(lambda c: np.int32(length - 1) - c, [count], eqn)
+    eqns += idx_eqns
+  else:
+    row = count
+  for k, buf in zip(moved_k, bufs, strict=True):
+    read, (got,) = trace_eqns(
+        lambda b, i: lax.squeeze(lax.dynamic_slice_in_dim(b, i, 1, 0), (0,)),
+        [buf, row], eqn)
+    # Bind the body's own input variable, so its equations need no renaming.
+    target = body.invars[nc + nk + k]
+    read[-1] = read[-1].replace(outvars=[target if v is got else v
+                                         for v in read[-1].outvars])
+    eqns += read
+  eqns += body.eqns
+  new_bufs = []
+  for j, buf in zip(moved_j, bufs, strict=True):
+    write, (new,) = trace_eqns(
+        lambda b, y, i: lax.dynamic_update_slice_in_dim(b, y[None], i, 0),
+        [buf, body.outvars[nk + j], row], eqn)
+    eqns += write
+    new_bufs.append(new)
+  step, (count_next,) = trace_eqns(lambda c: c + np.int32(1), [count], eqn)
+  eqns += step
+
+  invars = (list(body.invars[:nc + nk]) + bufs + [count]
+            + [body.invars[nc + nk + k] for k in rest_k])
+  outvars = (list(body.outvars[:nk]) + new_bufs + [count_next]
+             + [body.outvars[nk + j] for j in rest_j])
+  new_body = C.Jaxpr(body.constvars, invars, outvars, eqns, body.effects,
+                     C.loose_debug_info(body.debug_info))
+  params = dict(p, num_carry=nk + len(pairs) + 1,
+                jaxpr=C.ClosedJaxpr(new_body, closed.consts))
+  if "linear" in p:
+    lin = tuple(p["linear"])
+    params["linear"] = (lin[:nc + nk] + (False,) * (len(pairs) + 1)
+                        + tuple(lin[nc + nk + k] for k in rest_k))
+  zero = C.Literal(np.int32(0), int32)
+  new_invars = (list(eqn.invars[:nc + nk])
+                + [eqn.invars[nc + nk + k] for k in moved_k] + [zero]
+                + [eqn.invars[nc + nk + k] for k in rest_k])
+  new_outvars = (list(eqn.outvars[:nk]) + [eqn.outvars[nk + j] for j in moved_j]
+                 + [C.new_var(int32)] + [eqn.outvars[nk + j] for j in rest_j])
+  return eqn.replace(invars=new_invars, outvars=new_outvars, params=params)
+
+
 def _zeros(aval):
   z = lax.full(aval.shape, 0, aval.dtype)
   if getattr(aval, "weak_type", False):
@@ -815,7 +889,8 @@ def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
   zero = C.Literal(np.int32(0), C.ShapedArray((), np.dtype(np.int32)))
   outvars = [zero] + [j.outvars[o] for o in carried_out] + [
       j.outvars[o] for o in other_out]
-  body = C.Jaxpr(j.constvars, invars, outvars, eqns, j.effects, j.debug_info)
+  body = C.Jaxpr(j.constvars, invars, outvars, eqns, j.effects,
+                 C.loose_debug_info(j.debug_info))
   return C.ClosedJaxpr(body, branch.consts)
 
 

@@ -26,7 +26,7 @@ from . import _compat as C
 from ._analysis import Analyzer
 from ._plan import NOT_ALIASED, Conflict, Plan
 from ._rewrite import Rewriter
-from ._rules import is_big
+from ._rules import is_big, scan_with_carried_xs
 
 
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
@@ -79,6 +79,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   # used, a conditional's operand no branch uses) would otherwise be ordered by a
   # barrier that keeps it, and its neighbours, from XLA's simplifier.
   jaxpr = C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
+  if not in_loop:
+    jaxpr = _carry_scanned_buffers(jaxpr, donated)
   if erase_remat_barriers:
     jaxpr = _without_remat_barriers(jaxpr, {})
   # The analysis allocates many small containers at once; the cyclic garbage
@@ -108,6 +110,77 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   if C.checks_enabled():
     C.check_jaxpr(new)
   return C.ClosedJaxpr(new, consts), plan
+
+
+def _carry_scanned_buffers(jaxpr, donated: Sequence[bool]):
+  """`jaxpr` with each top-level `scan` that maps rows of a donated buffer's version
+  (an `xs`) to the rows of an output of the same type (a `ys`), through in-place
+  updates of the row, rewritten to carry that buffer
+  (`_rules.scan_with_carried_xs`)."""
+  versions = {v for v, d in zip(jaxpr.invars, donated, strict=True)
+              if d and is_big(v.aval)}
+  eqns, changed = [], False
+  for eqn in jaxpr.eqns:
+    pairs = _scanned_buffer_pairs(eqn, versions) if eqn.primitive is C.scan_p else []
+    if pairs:
+      eqn = scan_with_carried_xs(eqn, pairs)
+      changed = True
+    eqns.append(eqn)
+    for i, o in _in_place_pairs(eqn):
+      if not C.is_literal(eqn.invars[i]) and eqn.invars[i] in versions:
+        versions.add(eqn.outvars[o])
+  return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+def _in_place_pairs(eqn) -> list[tuple[int, int]]:
+  """(operand, output) pairs of `eqn` that continue a buffer: updates, and the
+  carries of loops."""
+  if eqn.primitive in (C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES):
+    return [(0, 0)]
+  if eqn.primitive is C.scan_p:
+    nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
+    return [(nc + j, j) for j in range(nk)]
+  if eqn.primitive is C.while_p:
+    n = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
+    return [(n + j, j) for j in range(len(eqn.outvars))]
+  return []
+
+
+def _scanned_buffer_pairs(eqn, versions) -> list[tuple[int, int]]:
+  """`(k, j)` for each `xs[k]` of `eqn`, a big version of a donated buffer, whose row
+  the body updates in place into `ys[j]` of the same type."""
+  p = eqn.params
+  unroll = p.get("unroll", 1)
+  if unroll is True or unroll not in (1, False) or p["length"] < 1:
+    return []
+  nc, nk = p["num_consts"], p["num_carry"]
+  body = p["jaxpr"].jaxpr
+  xs = list(eqn.invars[nc + nk:])
+  candidates = [k for k, v in enumerate(xs)
+                if not C.is_literal(v) and v in versions and is_big(v.aval)
+                and sum(w is v for w in eqn.invars) == 1]
+  if not candidates:
+    return []
+  mask = [False] * len(body.invars)
+  for k in candidates:
+    mask[nc + nk + k] = True
+  plan = Analyzer()(body, mask, True)
+  pairs, taken = [], set()
+  for k in candidates:
+    i = nc + nk + k
+    o = plan.flows[i]
+    if o is None or o < nk or not plan.strong_flows[i] or o in taken:
+      continue
+    out = eqn.outvars[o]
+    if isinstance(out, C.DropVar) or not _same_aval(out.aval, xs[k].aval):
+      continue
+    taken.add(o)
+    pairs.append((k, o - nk))
+  return pairs
+
+
+def _same_aval(a, b) -> bool:
+  return a.shape == b.shape and a.dtype == b.dtype
 
 
 def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:

@@ -340,3 +340,77 @@ def test_unrolled_scan_entry_barrier_only_when_read():
   plan = inplace_jax.sequence_jaxpr(jax.make_jaxpr(lambda x: fori_unrolled(x, 2))(_x()),
                                     (True,))[1]
   assert plan.stats()["barriers"] == 1
+
+
+LAYERS, T, D = 4, 64, 32
+
+
+def decode_over_stacked_layers(cache, x, pos, w):
+  """A decode step scanned over layers, the KV cache stacked over layers as `xs`."""
+  def layer(h, inp):
+    k, v, w_l = inp
+    q = h @ w_l
+    k = lax.dynamic_update_index_in_dim(k, q, pos, 0)
+    v = lax.dynamic_update_index_in_dim(v, h, pos, 0)
+    h = jax.nn.softmax(k @ q) @ v
+    return h, (k, v)
+  h, (k, v) = lax.scan(layer, x, (cache["k"], cache["v"], w))
+  return {"k": k, "v": v}, h
+
+
+def _decode_args():
+  rng = np.random.default_rng(3)
+  f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+  return ({"k": f(LAYERS, T, D), "v": f(LAYERS, T, D)}, f(D), jnp.int32(5),
+          f(LAYERS, D, D) / D)
+
+
+def test_scanned_cache_is_carried_in_place():
+  """`scan` over a donated stack as `xs`, the updated rows as `ys`: jax.jit copies
+  the whole stack on entry; inplace_jax carries it and copies at most a row."""
+  stack = LAYERS * T * D * 4
+  r = compare(decode_over_stacked_layers, *_decode_args())
+  assert not r.big_copies(stack), r.report
+  assert all(c.nbytes <= stack // LAYERS for c in r.report.copies), r.report
+  assert r.ref_big_copies(stack) or not ON_CPU
+
+
+def test_scanned_cache_reverse_and_the_jaxpr():
+  import inplace_jax
+
+  def rev(cache, x, pos, w):
+    def layer(h, inp):
+      k, w_l = inp
+      k = k.at[pos].set(h @ w_l)
+      return jnp.tanh(k[pos] + h), k
+    h, k = lax.scan(layer, x, (cache, w), reverse=True)
+    return k, h
+
+  args = _decode_args()
+  args = (args[0]["k"],) + args[1:]
+  r = compare(rev, *args)
+  assert not r.big_copies(LAYERS * T * D * 4), r.report
+  new, _ = inplace_jax.sequence_jaxpr(jax.make_jaxpr(rev)(*args),
+                                      (True, False, False, False))
+  scan = next(e for e in new.jaxpr.eqns if e.primitive.name == "scan")
+  assert scan.params["num_carry"] == 3      # h, the stack, the row counter
+  # not donated: left as JAX wrote it
+  new, _ = inplace_jax.sequence_jaxpr(jax.make_jaxpr(rev)(*args),
+                                      (False, False, False, False))
+  scan = next(e for e in new.jaxpr.eqns if e.primitive.name == "scan")
+  assert scan.params["num_carry"] == 1
+
+
+def test_scanned_xs_mapped_not_updated_stays():
+  """`ys = xs * 2` row by row is a new array, not an update: no rewrite, values
+  equal."""
+  import inplace_jax
+
+  def f(x, s):
+    return lax.scan(lambda c, row: (c + row.sum(), row * 2.0), s, x)
+
+  args = (_x(), jnp.float32(0))
+  compare(f, *args)
+  new, _ = inplace_jax.sequence_jaxpr(jax.make_jaxpr(f)(*args), (True, False))
+  scan = next(e for e in new.jaxpr.eqns if e.primitive.name == "scan")
+  assert scan.params["num_carry"] == 1
