@@ -5,7 +5,8 @@
   extra, a whole LU factorization (pivot search, swap, rank-1 update per step).
 * A KV-cache decode step ([heads, time, dim] caches): attention over the old cache
   and the new token, then the new key and value are written at `pos` (and, for
-  comparison, the common write-then-attend order).
+  comparison, the common write-then-attend order); and the attend-then-write step
+  as `lax.scan` over layer-stacked caches (`xs` in, updated `ys` out).
 * A replay buffer: sample a batch of rows, then insert a batch at the ring pointer.
 * A cond-masked update, in both branch orders (jax#16661: a no-op branch is free
   only in position 0).
@@ -124,6 +125,30 @@ def make_kv(h, t, d):
   return make_args
 
 
+def kv_scan_layers(k_stack, v_stack, pos, q, k_new, v_new):
+  """`kv_attend_then_write` for every layer, as `lax.scan` over layer-stacked caches
+  (`xs`) returning the updated stacks (`ys`)."""
+  def step(carry, inp):
+    k_l, v_l, q_l, kn_l, vn_l = inp
+    k_l, v_l, _, out = kv_attend_then_write(k_l, v_l, pos, q_l, kn_l, vn_l)
+    return carry, (k_l, v_l, out)
+  _, (k_stack, v_stack, out) = lax.scan(step, None, (k_stack, v_stack, q, k_new, v_new))
+  return k_stack, v_stack, (pos + 1) % k_stack.shape[2], out
+
+
+def kv_scan_floor(k_stack, v_stack, pos, q, k_new, v_new):
+  return k_stack, v_stack, (pos + 1) % k_stack.shape[2], q
+
+
+def make_kv_stack(layers, h, t, d):
+  @jax.jit
+  def make_args():
+    return (pseudo_random((layers, h, t, d), 1), pseudo_random((layers, h, t, d), 2),
+            jnp.int32(t // 2), pseudo_random((layers, h, d), 3),
+            pseudo_random((layers, h, d), 4), pseudo_random((layers, h, d), 5))
+  return make_args
+
+
 def kv_thread(out, args):
   return (out[0], out[1], out[2]) + tuple(args[3:])
 
@@ -196,6 +221,11 @@ def cases(quick: bool) -> list[Case]:
     out.append(Case(
         name=name, group=GROUP, fn=fn, floor=kv_floor, make_args=make_kv(h, t, d),
         donate=(0, 1), thread=kv_thread, params={"cache": [h, t, d]}))
+  layers, h, t, d = (2, 4, 256, 32) if quick else (4, 8, 1024, 64)
+  out.append(Case(
+      name="KV decode, scan over layers", group=GROUP, fn=kv_scan_layers,
+      floor=kv_scan_floor, make_args=make_kv_stack(layers, h, t, d), donate=(0, 1),
+      thread=kv_thread, params={"cache": [layers, h, t, d]}))
   cap, feat, batch = (16384, 32, 64) if quick else (262144, 32, 256)
   out.append(Case(
       name="replay sample->insert", group=GROUP, fn=replay_sample_insert,

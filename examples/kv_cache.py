@@ -12,7 +12,7 @@ layer; under `inplace_jax.jit` nothing is copied::
   python -m inplace_jax check examples/kv_cache.py:decode_step \\
       --args-factory examples/kv_cache.py:make_args --donate 0,1
 
-Two more functions, for comparison:
+Three more functions, for comparison:
 
 * `decode_step_write_first` writes the new entry first and attends over the updated
   cache (mask `<= pos`). It reads only the new version, so it has no conflict to
@@ -25,6 +25,10 @@ Two more functions, for comparison:
   fusions (a layer's worth each, under both `jax.jit` and `inplace_jax.jit`). They
   are a property of the layout, not of the in-place update; the head-major layout
   avoids them.
+* `decode_step_scan` is `decode_step` written as `lax.scan` over the layers, the
+  caches scanned as `xs` and returned as `ys`. Under `jax.jit` XLA copies both
+  whole stacks on entry (and each layer's slice per step); inplace_jax.jit carries
+  them instead, updated in place.
 """
 
 from __future__ import annotations
@@ -104,6 +108,22 @@ def decode_step_thd(k_cache, v_cache, params, x, pos):
   return k_cache, v_cache, x
 
 
+def decode_step_scan(k_cache, v_cache, params, x, pos):
+  """`decode_step` as `lax.scan` over the layers, the caches scanned as `xs` and
+  returned as `ys` (how layer-stacked models are usually written)."""
+  def layer(x, inp):
+    k_l, v_l, wq, wk, wv, wo = inp
+    q, k, v = ((x @ w).reshape(HEADS, HEAD_DIM) for w in (wq, wk, wv))
+    out = _attend_old_and_new(q, k, v, k_l, v_l, pos, "htd")
+    k_l = lax.dynamic_update_slice(k_l, k[:, None], (0, pos, 0))
+    v_l = lax.dynamic_update_slice(v_l, v[:, None], (0, pos, 0))
+    return x + out.reshape(-1) @ wo, (k_l, v_l)
+  x, (k_cache, v_cache) = lax.scan(
+      layer, x, (k_cache, v_cache, params["wq"], params["wk"], params["wv"],
+                 params["wo"]))
+  return k_cache, v_cache, x
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def make_args(max_len: int = 2048, layers: int = LAYERS, layout: str = "htd") -> tuple:
   """`(k_cache, v_cache, params, x, pos)` with the first half of the cache filled."""
@@ -138,7 +158,7 @@ def main(argv=None, results: list | None = None) -> int:
   layers = 2 if opts.size < 256 else LAYERS
   ok = True
   for fn, layout in ((decode_step, "htd"), (decode_step_write_first, "htd"),
-                     (decode_step_thd, "thd")):
+                     (decode_step_thd, "thd"), (decode_step_scan, "htd")):
     dims = (layers, HEADS, opts.size, HEAD_DIM) if layout == "htd" else (
         layers, opts.size, HEADS, HEAD_DIM)
     r = compare(f"kv_cache.{fn.__name__}, caches f32[{','.join(map(str, dims))}] "

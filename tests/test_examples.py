@@ -24,7 +24,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Some donated buffers were not us
 # example -> (size for --size, the functions its main measures)
 CASES = {
     "xla_20440": (256, ["step"]),
-    "kv_cache": (64, ["decode_step", "decode_step_write_first", "decode_step_thd"]),
+    "kv_cache": (64, ["decode_step", "decode_step_write_first", "decode_step_thd",
+                      "decode_step_scan"]),
     "replay_buffer": (2000, ["sample_and_insert"]),
     "lu_pivot": (48, ["lu"]),
     "roll": (128, ["roll"]),
@@ -32,7 +33,8 @@ CASES = {
 }
 
 # Functions whose plain jax.jit copies a whole donated buffer (observed).
-JAX_COPIES_A_BUFFER = {"step", "decode_step", "decode_step_thd", "sample_and_insert",
+JAX_COPIES_A_BUFFER = {"step", "decode_step", "decode_step_thd", "decode_step_scan",
+                       "sample_and_insert",
                        "lu", "roll", "update_if", "update_unless"}
 
 
