@@ -455,3 +455,57 @@ def test_switch_zeroes_buffer_in_one_trip_scan():
              for r, o in zip(ref, ours))
   assert tree_difference(ref, ours) is not None, (
       "jax.jit now agrees with inplace_jax.jit: check this case with _check")
+
+
+def switch_value_read_from_updated_buffer(b1, b2):
+  """Long run seed 12 #547 as shrunk at 6a0d554 (third form). Oracle: values (sign
+  of zero only). Branch 0 computes its value from the buffer the switch updates,
+  so the value rides the loops; branches 1 and 2 return 0.0. jax.jit, learning
+  the index from the unrolled one-trip scan, folds `b2 * 0.5 + 0.0`. The value is
+  now picked after the loops by a `select_n` on the index, where branch 2's literal
+  is a constant to XLA."""
+  v2 = 0 * 0
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1, jnp.float32(0) + jnp.sum(b1[0, 0]))
+    def br1(b1):
+      return (b1.at[6:24].set(v2), jnp.float32(0))
+    def br2(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1, br2], b1)
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b2,)
+
+
+def test_switch_value_read_from_updated_buffer(worker):
+  _check(worker, switch_value_read_from_updated_buffer, Buf("b1", (32, 64), "int32"),
+         f32("b2", 24, 32), data="special", data_seed=1995224197)
+
+
+def switch_constant_value_tied_to_next_update(b1, b2):
+  """Long run seed 12 #547 as shrunk at 30526ba (fourth form). Oracle: values (sign
+  of zero only). Both branches return 0.0 (a conditional of its own after the
+  lowering), but the analysis tied that value, as a result computed with the new
+  buffer, into the barrier before the next update of b1, hiding the constant from
+  XLA. Results no branch computes from the buffer are no longer tied."""
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1.at[6:24].set(0), jnp.float32(0))
+    def br1(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1], b1)
+    row = b2[2, 0:32]
+    b1 = b1.at[31, 0:32].set(row.astype(jnp.int32))
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b1, b2)
+
+
+def test_switch_constant_value_tied_to_next_update(worker):
+  _check(worker, switch_constant_value_tied_to_next_update, Buf("b1", (32, 64), "int32"),
+         f32("b2", 24, 32), data="special", data_seed=1995224197)
