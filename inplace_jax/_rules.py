@@ -186,6 +186,8 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, depth: int = 0) -> bool:
 # The scatter family carries its combiner as a jaxpr, one exact operation (or none);
 # it is data movement for this purpose, not a sub-computation.
 _SCATTERS = frozenset(C.SCATTER_PRIMITIVES)
+# The primitives that write into their operand 0: its next version, in place.
+UPDATE_PRIMITIVES = frozenset((C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES))
 
 
 def _applies_function(eqn) -> bool:
@@ -303,7 +305,7 @@ def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[bool], ctx: Context) -> EqnIn
   return EqnInfo()
 
 
-def _same_type(a, b) -> bool:
+def same_type(a, b) -> bool:
   return (getattr(a, "shape", None) == getattr(b, "shape", None)
           and getattr(a, "dtype", None) == getattr(b, "dtype", None))
 
@@ -368,7 +370,7 @@ def _elementwise_rule(eqn, is_version, ctx):
   del ctx
   out = eqn.outvars[0].aval
   for i, (v, ver) in enumerate(zip(eqn.invars, is_version, strict=True)):
-    if ver and _same_type(v.aval, out):
+    if ver and same_type(v.aval, out):
       return EqnInfo(uses=(InplaceUse(i, 0, strong=False),))
   return EqnInfo()
 
@@ -469,7 +471,6 @@ def _scan_rule(eqn, is_version, ctx):
                  conflicts=_carry_conflicts(eqn, plan, nc, nk, mask))
 
 
-_UPDATES = frozenset((C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES))
 
 
 def _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask) -> tuple[int, ...]:
@@ -494,7 +495,7 @@ def _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask) -> tuple[int, ...]:
     invar, outvar = body.invars[i], body.outvars[j]
     last = producer.get(outvar) if not C.is_literal(outvar) else None
     if (mask[i] and plan.flows[i] == j and last is not None
-        and last.primitive in _UPDATES and not normalised_float(invar.aval)
+        and last.primitive in UPDATE_PRIMITIVES and not normalised_float(invar.aval)
         and _reads_version_chain(body, invar)):
       out.append(i)
   return tuple(out)
@@ -508,7 +509,7 @@ def _reads_version_chain(jaxpr, invar) -> bool:
     for k, v in enumerate(e.invars):
       if C.is_literal(v) or v not in versions:
         continue
-      if e.primitive in _UPDATES and k == 0:
+      if e.primitive in UPDATE_PRIMITIVES and k == 0:
         versions.add(e.outvars[0])
       else:
         return True

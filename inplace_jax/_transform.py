@@ -26,7 +26,7 @@ from . import _compat as C
 from ._analysis import Analyzer
 from ._plan import NOT_ALIASED, Conflict, Plan
 from ._rewrite import Rewriter
-from ._rules import is_big, scan_with_carried_xs
+from ._rules import UPDATE_PRIMITIVES, is_big, same_type, scan_with_carried_xs
 
 
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
@@ -135,7 +135,7 @@ def _carry_scanned_buffers(jaxpr, donated: Sequence[bool]):
 def _in_place_pairs(eqn) -> list[tuple[int, int]]:
   """(operand, output) pairs of `eqn` that continue a buffer: updates, and the
   carries of loops."""
-  if eqn.primitive in (C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES):
+  if eqn.primitive in UPDATE_PRIMITIVES:
     return [(0, 0)]
   if eqn.primitive is C.scan_p:
     nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
@@ -172,15 +172,11 @@ def _scanned_buffer_pairs(eqn, versions) -> list[tuple[int, int]]:
     if o is None or o < nk or not plan.strong_flows[i] or o in taken:
       continue
     out = eqn.outvars[o]
-    if isinstance(out, C.DropVar) or not _same_aval(out.aval, xs[k].aval):
+    if C.is_drop_var(out) or not same_type(out.aval, xs[k].aval):
       continue
     taken.add(o)
     pairs.append((k, o - nk))
   return pairs
-
-
-def _same_aval(a, b) -> bool:
-  return a.shape == b.shape and a.dtype == b.dtype
 
 
 def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
