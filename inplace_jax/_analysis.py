@@ -305,13 +305,13 @@ def _analyze(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
       co_out = [w for w in eqns[p].outvars
                 if w is not v and not C.is_drop_var(w) and w not in versions
                 and (w in consumers or w in outvar_set)]
-      if co_out and eqns[p].primitive is C.cond_p:
-        # A conditional's results that no branch computes from this buffer read
-        # nothing of it, inlined or not: leave them free (tied, a constant one
-        # would be hidden from XLA's simplifier).
+      if co_out:
+        # Results computed without this buffer read nothing of it, inlined or
+        # not: leave them free (tied, a constant one would be hidden from XLA's
+        # simplifier, which folds `-0.0 + 0.0` under jax.jit).
         src = [use.operand for use in infos[p].uses
                if eqns[p].outvars[use.output] is v]
-        free = _rules.cond_outputs_free_of(eqns[p], src)
+        free = _rules.outputs_free_of(eqns[p], src)
         co_out = [w for k, w in enumerate(eqns[p].outvars)
                   if k not in free and w in co_out]
     if ueqn.primitive is C.optimization_barrier_p:

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jaxlib
 from jax._src import core as _core
+from jax._src import linear_util as _lu
 from jax._src import source_info_util as _siu
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.lax import lax as _lax
@@ -46,6 +47,12 @@ convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
 def new_var(aval: Any) -> Var:
   """A fresh jaxpr variable of the given abstract value."""
   return _core.Var(aval)
+
+
+def scratch_jaxpr(invars, outvars, eqns, effects) -> Any:
+  """A jaxpr built only to be analysed (never traced from a function)."""
+  return _core.Jaxpr([], invars, outvars, eqns, effects,
+                     _lu.DebugInfo("inplace_jax", "<inplace_jax>", None, None))
 
 
 def loose_debug_info(debug_info: Any) -> Any:

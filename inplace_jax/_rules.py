@@ -526,18 +526,23 @@ def _zero_initialisable(aval) -> bool:
     return False
 
 
-def cond_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
-  """Outputs of the `cond` equation `eqn` that no branch computes from any of the
-  equation's `operands` (positions in `eqn.invars`; 0 is the index)."""
-  branches = eqn.params["branches"]
-  n_out = len(eqn.outvars)
-  free = set(range(n_out))
-  for o in range(n_out):
-    for branch in branches:
-      _, used = C.dce_jaxpr(branch.jaxpr, [k == o for k in range(n_out)])
-      if any(used[i - 1] for i in operands if i > 0):
-        free.discard(o)
-        break
+def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
+  """Positions of `eqn`'s outputs computed without any of its `operands` (positions
+  in `eqn.invars`), by JAX's own dead-code rules (loops to their fixpoint; an
+  equation with effects needs every operand)."""
+  targets = {id(eqn.invars[i]) for i in operands if not C.is_literal(eqn.invars[i])}
+  ins: list[Any] = []
+  for v in eqn.invars:
+    if not C.is_literal(v) and all(v is not w for w in ins):
+      ins.append(v)
+  free = set()
+  for o, out in enumerate(eqn.outvars):
+    if C.is_drop_var(out):
+      continue
+    one = C.scratch_jaxpr(ins, [out], [eqn], eqn.effects)
+    _, used = C.dce_jaxpr(one, [True])
+    if not any(u and id(v) in targets for v, u in zip(ins, used, strict=True)):
+      free.add(o)
   return free
 
 
@@ -713,9 +718,7 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   scalars, small slices) stay in a `cond` of their own, cut down to what they need,
   ahead of the loops: a conditional XLA inlines and simplifies as under `jax.jit`
   when it learns the index, where the loops' trip count stays opaque to it (so
-  `-0.0 + v` with `v` a branch's 0.0 is folded, or not, alike on both sides). A
-  small output that some branch returns as a literal or an operand is picked by a
-  `select_n` on the index after the loops, for the same reason.
+  `-0.0 + v` with `v` a branch's 0.0 is folded, or not, alike on both sides).
   """
   index, ops = invars[0], list(invars[1:])
   carried_in = [i for i, _ in pairs]
@@ -740,24 +743,18 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
         C.cond_p, dict(eqn.params, branches=tuple(side_branches)),
         C.no_effects, eqn.source_info, eqn.ctx))
 
-  # Every other output is carried through the loops from a zero initial value, each
-  # loop writing its branch's value. A small one that some branch returns as a
-  # literal or an operand is then picked by a `select_n` on the index, that
-  # branch's own atom or the carried value: the literal stays a constant to XLA.
-  given = [{o: _as_given(b.jaxpr, o, const_ops, ops) for o in other_out}
-           for b in branches]
-  selected = [o for o in other_out if not is_big(out_avals[o])
-              and any(g[o] is not None for g in given)]
-  zero_eqns, zero_atoms = trace_eqns(
-      lambda: [_zeros(out_avals[o]) for o in other_out], [], eqn)
-  new_eqns.extend(zero_eqns)
-  carry = [ops[i] for i in carried_in] + zero_atoms
-  last_loop = None
+  def zeros():
+    def make():
+      return [_zeros(out_avals[o]) for o in other_out]
+    eqns, outs = trace_eqns(make, [], eqn)
+    new_eqns.extend(eqns)
+    return outs
+
+  carry = [ops[i] for i in carried_in] + zeros()
   for k, branch in enumerate(branches):
-    writes = [o for o in other_out if not (o in selected and given[k][o] is not None)]
-    if not writes and all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
-                          for i, o in pairs):
-      continue  # leaves every carried buffer as it is, writes nothing: nothing to run
+    if not other_out and all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
+                             for i, o in pairs):
+      continue  # this branch leaves every carried buffer as it is: nothing to run
     flag_eqns, (flag,) = trace_eqns(
         lambda i, k=k: (i == k).astype(np.int32), [index], eqn)
     new_eqns.extend(flag_eqns)
@@ -769,35 +766,12 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
         dict(cond_jaxpr=cond, body_jaxpr=body, cond_nconsts=0,
              body_nconsts=len(const_ops)),
         C.no_effects, eqn.source_info, eqn.ctx))
-    last_loop = len(new_eqns) - 1
     carry = outvars[1:]
-  # Some branch updates a carried buffer (that is why the conditional is lowered),
-  # so some loop ran. Bind the conditional's own output variables to the last
-  # loop's results, so later equations need no renaming.
-  assert last_loop is not None
-  last = new_eqns[last_loop]
-  final = dict(zip(carried_out + other_out, last.outvars[1:], strict=True))
-  outs = [last.outvars[0]] + [
-      final[o] if o in selected else eqn.outvars[o] for o in carried_out + other_out]
-  new_eqns[last_loop] = last.replace(outvars=outs)
-  for o in selected:
-    cases = [g[o] if g[o] is not None else final[o] for g in given]
-    new_eqns.append(C.new_jaxpr_eqn(
-        [index] + cases, [eqn.outvars[o]], C.select_n_p, {}, C.no_effects,
-        eqn.source_info, eqn.ctx))
+  # Bind the conditional's own output variables, so later equations need no renaming.
+  last = new_eqns[-1]
+  new_eqns[-1] = last.replace(outvars=[last.outvars[0]] + [
+      eqn.outvars[o] for o in carried_out + other_out])
   return new_eqns
-
-
-def _as_given(jaxpr, o: int, const_ops, ops) -> Any:
-  """Branch output `o` when the branch returns a literal or an operand unchanged
-  (the atom to use outside the branch), else None."""
-  v = jaxpr.outvars[o]
-  if C.is_literal(v):
-    return v
-  for i in const_ops:
-    if jaxpr.invars[i] is v:
-      return ops[i]
-  return None
 
 
 def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]

@@ -79,10 +79,11 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   # used, a conditional's operand no branch uses) would otherwise be ordered by a
   # barrier that keeps it, and its neighbours, from XLA's simplifier.
   jaxpr = C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
+  jaxpr = _map_eqns(jaxpr, _given_outputs_picked, {})
   if not in_loop:
     jaxpr = _carry_scanned_buffers(jaxpr, donated)
   if erase_remat_barriers:
-    jaxpr = _without_remat_barriers(jaxpr, {})
+    jaxpr = _map_eqns(jaxpr, _without_remat_barrier, {})
   # The analysis allocates many small containers at once; the cyclic garbage
   # collector would rescan them repeatedly (a third of the time on 10k equations).
   gc_was_enabled = gc.isenabled()
@@ -193,8 +194,9 @@ def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
   return Conflict(NOT_ALIASED, msg)
 
 
-def _without_remat_barriers(jaxpr, memo: dict):
-  """`jaxpr` with every `remat2` equation's `prevent_cse` off, at every depth."""
+def _map_eqns(jaxpr, fn: Callable, memo: dict):
+  """`jaxpr` with the equations `fn(eqn)` in place of each equation, at every depth
+  (the jaxprs in an equation's params are mapped before the equation)."""
   hit = memo.get(id(jaxpr))
   if hit is not None and hit[0] is jaxpr:
     return hit[1]
@@ -209,25 +211,72 @@ def _without_remat_barriers(jaxpr, memo: dict):
       new_seq = []
       for j in seq:
         if isinstance(j, C.ClosedJaxpr):
-          inner = _without_remat_barriers(j.jaxpr, memo)
+          inner = _map_eqns(j.jaxpr, fn, memo)
           new_seq.append(j if inner is j.jaxpr else C.ClosedJaxpr(inner, j.consts))
         else:
-          new_seq.append(_without_remat_barriers(j, memo))
+          new_seq.append(_map_eqns(j, fn, memo))
       if any(a is not b for a, b in zip(seq, new_seq, strict=True)):
         new_params = dict(new_params or params)
         new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
                            else new_seq[0])
-    if eqn.primitive is C.remat_p and params.get("prevent_cse"):
-      new_params = dict(new_params or params, prevent_cse=False)
     if new_params is not None:
       eqn = eqn.replace(params=new_params)
       changed = True
-    eqns.append(eqn)
+    new = fn(eqn)
+    changed |= len(new) != 1 or new[0] is not eqn
+    eqns.extend(new)
   out = jaxpr if not changed else C.Jaxpr(
       jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns, jaxpr.effects,
       jaxpr.debug_info)
   memo[id(jaxpr)] = (jaxpr, out)
   return out
+
+
+def _without_remat_barrier(eqn) -> list:
+  """A `remat2` equation with `prevent_cse` off."""
+  if eqn.primitive is C.remat_p and eqn.params.get("prevent_cse"):
+    return [eqn.replace(params=dict(eqn.params, prevent_cse=False))]
+  return [eqn]
+
+
+def _given_outputs_picked(eqn) -> list:
+  """A `cond` whose small outputs some branch returns as a literal or an operand,
+  followed by a `select_n` on the index per such output: that branch's atom, or the
+  conditional's result for the others. The values are the conditional's own; but
+  where XLA learns the index (a one-trip loop unrolled), a branch's literal is a
+  constant to it even when a barrier inplace_jax adds holds the conditional's
+  result, as it is under `jax.jit` (which folds `-0.0 + 0.0` to -0.0, not IEEE)."""
+  if eqn.primitive is not C.cond_p:
+    return [eqn]
+  index, ops = eqn.invars[0], eqn.invars[1:]
+  branches = eqn.params["branches"]
+  outvars = list(eqn.outvars)
+  picks = []
+  for o, out in enumerate(eqn.outvars):
+    if C.is_drop_var(out) or is_big(out.aval):
+      continue
+    given = [_given_atom(b.jaxpr, o, ops) for b in branches]
+    if all(g is None for g in given):
+      continue
+    outvars[o] = C.new_var(out.aval)
+    cases = [outvars[o] if g is None else g for g in given]
+    picks.append(C.new_jaxpr_eqn([index, *cases], [out], C.select_n_p, {},
+                                 C.no_effects, eqn.source_info, eqn.ctx))
+  if not picks:
+    return [eqn]
+  return [eqn.replace(outvars=outvars), *picks]
+
+
+def _given_atom(jaxpr, o: int, ops) -> Any:
+  """What branch `jaxpr` returns as output `o` when it is a literal or one of the
+  conditional's operands (`ops`), as an atom outside the branch; else None."""
+  v = jaxpr.outvars[o]
+  if C.is_literal(v):
+    return v
+  for w, op in zip(jaxpr.invars, ops, strict=True):
+    if w is v:
+      return op
+  return None
 
 
 def _discharge_refs(jaxpr, consts):

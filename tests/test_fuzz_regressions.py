@@ -462,8 +462,8 @@ def switch_value_read_from_updated_buffer(b1, b2):
   of zero only). Branch 0 computes its value from the buffer the switch updates,
   so the value rides the loops; branches 1 and 2 return 0.0. jax.jit, learning
   the index from the unrolled one-trip scan, folds `b2 * 0.5 + 0.0`. The value is
-  now picked after the loops by a `select_n` on the index, where branch 2's literal
-  is a constant to XLA."""
+  now picked after the conditional by a `select_n` on the index, where branch 2's
+  literal is a constant to XLA."""
   v2 = 0 * 0
   def body(c, i):
     (b1, b2) = c
@@ -509,3 +509,49 @@ def switch_constant_value_tied_to_next_update(b1, b2):
 def test_switch_constant_value_tied_to_next_update(worker):
   _check(worker, switch_constant_value_tied_to_next_update, Buf("b1", (32, 64), "int32"),
          f32("b2", 24, 32), data="special", data_seed=1995224197)
+
+
+def switch_value_read_before_next_update(b1, b2):
+  """Long run seed 12 #547 as shrunk at 4f74c4c (fifth form). Oracle: values (sign
+  of zero only). The switch updates nothing (not lowered); branch 0 reads b1 for
+  its value, so the value is tied into the barrier before b1's next update, which
+  hid branch 1's literal 0.0 from XLA once it learnt the index. Every conditional's
+  small results that some branch returns as a literal are now picked by a
+  `select_n` on the index after it (and after any barrier)."""
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1, jnp.float32(0) + jnp.sum(b1[0, 0]))
+    def br1(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1], b1)
+    row = b2[2, 0:32]
+    b1 = b1.at[31, 0:32].set(row.astype(jnp.int32))
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b2,)
+
+
+def test_switch_value_read_before_next_update(worker):
+  _check(worker, switch_value_read_before_next_update, Buf("b1", (32, 64), "int32"),
+         f32("b2", 24, 32), data="special", data_seed=1995224197)
+
+
+def jit_returns_zero_with_buffer(b0, b1):
+  """Long run seed 12 #2229, commit 4f74c4c. Oracle: values (sign of zero only). A
+  nested jit returns the buffer unchanged and 0.0; the 0.0, as a result computed
+  with the buffer's version, was tied into the barrier before the buffer's next
+  update, where XLA (which inlines the call under jax.jit and folds `-0.0 + 0.0`)
+  could not see it. Results computed without the buffer are no longer tied, for
+  every primitive (JAX's dead-code rules decide what an output needs)."""
+  def fn1(b1):
+    return (b1, jnp.float32(0))
+  (b1, v1) = jax.jit(fn1)(b1)
+  b1 = b1 * 0.5 + v1
+  return (b1,)
+
+
+def test_jit_returns_zero_with_buffer(worker):
+  _check(worker, jit_returns_zero_with_buffer, f32("b0", 24, 32), f32("b1", 16, 32),
+         data="special", data_seed=1970039202)
