@@ -36,6 +36,9 @@ def rewrite(plan: Plan):
   return Rewriter()(plan)
 
 
+_CONTROL_FLOW = frozenset((C.while_p, C.scan_p, C.cond_p))
+
+
 def _barrier_eqn(operands, like):
   outs = [C.new_var(a.aval) for a in operands]
   eqn = C.new_jaxpr_eqn(list(operands), outs, C.optimization_barrier_p, {},
@@ -88,6 +91,13 @@ def _rewrite(plan: Plan, rewriter: Rewriter):
   post = {b.update: b for b in plan.barriers if b.kind == "post"}
   old_read: dict[int, Any] = {}
   out: list[C.JaxprEqn] = []
+  # Results of loops and conditionals that a barrier ties are used as they are
+  # afterwards: being inputs of the barrier orders them before the update, and XLA
+  # cannot move a loop or a conditional into its users as it can a slice (the reason
+  # other tied reads are used through the barrier). Through it, a result XLA would
+  # learn is constant (a loop of zero trips, a known branch) would be hidden from
+  # its simplifier, which under jax.jit folds `-0.0 + 0.0` to -0.0.
+  control = {v for e in j.eqns if e.primitive in _CONTROL_FLOW for v in e.outvars}
 
   for step in plan.order:
     eqn = j.eqns[step.index]
@@ -102,7 +112,8 @@ def _rewrite(plan: Plan, rewriter: Rewriter):
       b_eqn, b_outs = _barrier_eqn([s(v) for v in orig] + extra, eqn)
       out.append(b_eqn)
       for v, w in zip(orig, b_outs, strict=False):
-        subst[v] = w
+        if v not in control or v in spec.versions:
+          subst[v] = w
       if extra:
         old_read[step.index] = b_outs[-1]
     elif step.kind == "post":

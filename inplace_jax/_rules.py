@@ -530,6 +530,18 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
   """Positions of `eqn`'s outputs computed without any of its `operands` (positions
   in `eqn.invars`), by JAX's own dead-code rules (loops to their fixpoint; an
   equation with effects needs every operand)."""
+  key = C.call_jaxpr_param(eqn)
+  if key is not None and not eqn.effects:
+    # Calls: their bodies (custom_jvp/vjp calls have no dead-code rule of their own).
+    inner = eqn.params[key]
+    inner = inner.jaxpr if isinstance(inner, C.ClosedJaxpr) else inner
+    if len(inner.invars) == len(eqn.invars):
+      free = set()
+      for o in range(len(eqn.outvars)):
+        _, used = C.dce_jaxpr(inner, [k == o for k in range(len(eqn.outvars))])
+        if not any(used[i] for i in operands):
+          free.add(o)
+      return free
   targets = {id(eqn.invars[i]) for i in operands if not C.is_literal(eqn.invars[i])}
   ins: list[Any] = []
   for v in eqn.invars:

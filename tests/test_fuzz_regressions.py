@@ -555,3 +555,51 @@ def jit_returns_zero_with_buffer(b0, b1):
 def test_jit_returns_zero_with_buffer(worker):
   _check(worker, jit_returns_zero_with_buffer, f32("b0", 24, 32), f32("b1", 16, 32),
          data="special", data_seed=1970039202)
+
+
+def zero_trip_loop_result_added(b0, b2):
+  """Long run seed 12 #5670, commit 5ab4010. Oracle: values (sign of zero only). A
+  fori_loop of zero trips (its bound computed, so a while) reads b2 for its 0.0
+  result, which is added into b2 after b2 is updated. The result was tied into the
+  barrier before the update and used through it, hiding from XLA what it learns
+  at compile time (zero trips, so 0.0), which jax.jit then folds. Results of loops
+  and conditionals are now used as they are after the barrier that orders them."""
+  def body(i, c):
+    (b0, a) = c
+    return (b0, a + jnp.max(jnp.argmax(b2[1])))
+  (b0, v1) = lax.fori_loop(0, jnp.int32(0) + 0, body, (b0, jnp.float32(0)))
+  b2 = jnp.where(b2 > 0, b2, -v1)
+  return (b2.at[-29, 11].add(v1),)
+
+
+def test_zero_trip_loop_result_added(worker):
+  _check(worker, zero_trip_loop_result_added, Buf("b0", (32, 64), "bfloat16"),
+         f32("b2", 32, 16), data_seed=1964255744)
+
+
+def custom_vjp_zero_through_checkpoint(b0, b1):
+  """Long run seed 12 #6608, commit 5ab4010. Oracle: values (sign of zero only). An
+  inner custom_vjp returns 0.0 with the buffer; a checkpointed function squares it
+  and the result is added into the buffer. custom_vjp calls have no dead-code rule
+  of their own, so the 0.0 counted as computed from the buffer and was tied; the
+  bodies of calls now decide."""
+  def fn2(b1):
+    def fn3(b1):
+      return (b1, jnp.float32(0))
+    fn3c = jax.custom_vjp(fn3)
+    fn3c.defvjp(lambda *a: (fn3(*a), None), lambda _, g: g[:1])
+    (b1, v3) = fn3c(b1)
+    def fn6(b1):
+      v7 = v3 + v3
+      return (b1, jnp.float32(0) + jnp.max(v7 * v7))
+    (b1, v6) = jax.checkpoint(fn6)(b1)
+    return (b1.at[3:11, 14:18].add(v6), jnp.float32(0))
+  fn2c = jax.custom_vjp(fn2)
+  fn2c.defvjp(lambda *a: (fn2(*a), None), lambda _, g: g[:1])
+  (b1, v2) = fn2c(b1)
+  return (b1,)
+
+
+def test_custom_vjp_zero_through_checkpoint(worker):
+  _check(worker, custom_vjp_zero_through_checkpoint, Buf("b0", (9, 12), "bfloat16"),
+         f32("b1", 16, 24), data="special", data_seed=692057884)
