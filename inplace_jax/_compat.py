@@ -111,44 +111,33 @@ except ImportError:  # pragma: no cover - other JAX versions
 SCATTER_PRIMITIVES = (scatter_p, scatter_add_p, scatter_sub_p, scatter_mul_p,
                       scatter_min_p, scatter_max_p)
 
-# Primitives whose result XLA computes elementwise from same-shaped operands, so the
-# result may reuse an operand's buffer. Used to recognise whole-buffer updates such as
-# `A - outer(l, u)`.
-_ELEMENTWISE_NAMES = (
-    "abs add and atan2 cbrt ceil clamp cos cosh div exp exp2 expm1 floor imag integer_pow "
-    "is_finite log log1p logistic max min mul ne eq ge gt le lt neg nextafter not or pow "
-    "real rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor "
-    "convert_element_type erf erfc erf_inv lgamma digamma shift_left "
-    "shift_right_logical shift_right_arithmetic population_count clz conj asin acos atan "
-    "asinh acosh atanh reduce_precision"
-).split()
+
+def _primitive_index() -> dict[str, Primitive]:
+  """Every primitive the modules JAX defines its lax primitives in export, by name."""
+  from jax._src import ad_util as _ad_util
+  from jax._src.lax import special as _special
+  from jax._src.lax.control_flow import loops as _loops_mod
+  index: dict[str, Primitive] = {}
+  for mod in (_lax, _slicing, _special, _loops_mod, _conditionals, _ad_util, jax.lax):
+    for value in vars(mod).values():
+      if isinstance(value, _core.Primitive):
+        index.setdefault(value.name, value)
+  return index
 
 
-def _elementwise_primitives() -> frozenset:
-  found = set()
-  for mod in (_lax, jax.lax):
-    for name in _ELEMENTWISE_NAMES:
-      p = getattr(mod, name + "_p", None)
-      if isinstance(p, _core.Primitive):
-        found.add(p)
-  return frozenset(found)
+_PRIMITIVES = _primitive_index()
 
 
-ELEMENTWISE_PRIMITIVES: frozenset = _elementwise_primitives()
+def primitive_by_name(name: str) -> Primitive | None:
+  """The lax primitive called `name` in this JAX (`None` if there is none).
+
+  Used once, to resolve the trait table (`_traits.py`); everything else dispatches on
+  primitive objects.
+  """
+  return _PRIMITIVES.get(name)
+
 
 # --------------------------------------------------------------------------- sub-jaxprs
-
-
-def call_jaxpr_param(eqn: JaxprEqn) -> str | None:
-  """The params key holding a call-like primitive's body, inputs mapped one to one."""
-  p = eqn.primitive
-  if p is jit_p or p is remat_p:
-    return "jaxpr"
-  if p is custom_jvp_call_p or p is custom_vjp_call_p:
-    return "call_jaxpr"
-  if p is closed_call_p or p is core_call_p:
-    return "call_jaxpr"
-  return None
 
 
 def jaxprs_in_params(params: dict) -> list[str]:

@@ -33,10 +33,7 @@ from ._transform import run_traced, trace_and_sequence
 
 ON_COPY = ("warn", "raise", "ignore")
 
-# Conflicts that always cost a copy, whatever XLA does afterwards.
-_DEFINITE = frozenset({
-    _plan.READ_DEPENDS_ON_UPDATE, _plan.TWO_LIVE_UPDATES,
-    _plan.OLD_VERSION_ESCAPES, _plan.UPDATE_READS_OLD})
+_DEFINITE = _plan.DEFINITE
 
 
 class InplaceCopyWarning(UserWarning):

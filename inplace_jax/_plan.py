@@ -8,24 +8,36 @@ normalised jaxpr it was computed on) by index and to its variables by identity.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import enum
+from typing import Any, Literal
 
-# Kinds of conflict: situations no ordering can make copy-free.
-READ_DEPENDS_ON_UPDATE = "read_depends_on_update"
-TWO_LIVE_UPDATES = "two_live_updates"
-OLD_VERSION_ESCAPES = "old_version_escapes"
-UPDATE_READS_OLD = "update_reads_old"
-NOT_IN_PLACE_CARRY = "carry_not_in_place"
-OPAQUE_PRIMITIVE = "opaque_primitive"
-NOT_DONATED = "not_donated"
-NOT_UPDATED = "donated_not_updated"
-NOT_ALIASED = "donated_not_aliased"
+class FindingKind(enum.StrEnum):
+  """Why a copy remains, or what inplace_jax noticed (`Conflict.kind`, `Finding.kind`)."""
+  # No ordering can remove these copies.
+  READ_DEPENDS_ON_UPDATE = "read_depends_on_update"
+  TWO_LIVE_UPDATES = "two_live_updates"
+  OLD_VERSION_ESCAPES = "old_version_escapes"
+  UPDATE_READS_OLD = "update_reads_old"
+  # The construct keeps a copy.
+  NOT_IN_PLACE_CARRY = "carry_not_in_place"
+  OPAQUE_PRIMITIVE = "opaque_primitive"
+  UNSEQUENCED = "unsequenced"
+  # Donation.
+  NOT_DONATED = "not_donated"
+  NOT_UPDATED = "donated_not_updated"
+  NOT_ALIASED = "donated_not_aliased"
+
+
+# The kinds that always cost a copy, whatever XLA does afterwards.
+DEFINITE = frozenset({
+    FindingKind.READ_DEPENDS_ON_UPDATE, FindingKind.TWO_LIVE_UPDATES,
+    FindingKind.OLD_VERSION_ESCAPES, FindingKind.UPDATE_READS_OLD})
 
 
 @dataclasses.dataclass(frozen=True)
 class Conflict:
   """A copy the transform could not remove, with the source lines that force it."""
-  kind: str
+  kind: FindingKind
   message: str
   read: str | None = None      # `file:line (function)` of the read, where one is involved
   update: str | None = None    # `file:line (function)` of the update
@@ -59,7 +71,7 @@ class InplaceUse:
 
 @dataclasses.dataclass(frozen=True)
 class EqnInfo:
-  """The analysis of one equation, produced by its rule in `_rules.py`."""
+  """The analysis of one equation, produced by its primitive's rule (`_rules/`)."""
   uses: tuple[InplaceUse, ...] = ()
   # Plans for the jaxprs in the equation's params, keyed by (param name, position);
   # position is None for a single jaxpr, an index for a sequence of them (branches).
@@ -69,19 +81,14 @@ class EqnInfo:
   # XLA's simplifier may rewrite reads of this equation's result into reads of its
   # operand (slice of a dynamic-update-slice, through inlined calls).
   forwards_reads: bool = False
-  # `cond`/`switch` to lower to 0-or-1-trip while loops (see `_rules.lower_cond`),
-  # carrying these (operand, output) pairs.
-  lower_cond: bool = False
-  cond_carries: tuple[tuple[int, int], ...] = ()
-  # Invars of an unrolled `scan` body to pass through one `optimization_barrier` at
-  # the start of the body (see `_rules._unrolled_entry_barrier`).
-  entry_barrier: tuple[int, ...] = ()
+  # What the primitive's rewrite rule is to do besides rewriting sub-jaxprs (a
+  # rule-specific frozen value, e.g. `conditionals.LowerCond`); None: nothing.
+  action: Any = None
   conflicts: tuple[Conflict, ...] = ()
 
   @property
   def changed(self) -> bool:
-    return (self.lower_cond or bool(self.entry_barrier)
-            or any(p.changed for _, p in self.subplans))
+    return self.action is not None or any(p.changed for _, p in self.subplans)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +99,7 @@ class BarrierSpec:
   variables of `Plan.jaxpr`) before the update `update` consumes the versions. A
   "post" barrier follows the update so that later reads see an opaque value.
   """
-  kind: str                     # "pre" | "post"
+  kind: Literal["pre", "post"]
   update: int                   # equation index of the update
   versions: tuple[Any, ...]     # the jaxpr Vars of buffers that flow through it
   reads: tuple[Any, ...] = ()   # Vars of read results tied with it (pre only)
@@ -102,7 +109,7 @@ class BarrierSpec:
 @dataclasses.dataclass(frozen=True)
 class Step:
   """One element of the emission order: an equation or a barrier."""
-  kind: str    # "eqn" | "pre" | "post"
+  kind: Literal["eqn", "pre", "post"]
   index: int   # equation index (for barriers: the update's index)
 
 
@@ -154,8 +161,9 @@ class Plan:
       counts["splits"] += len(p.splits)
       counts["moved"] += len(p.moved)
       for info in p.infos:
-        counts["lowered_conds"] += int(info.lower_cond)
-        counts["barriers"] += int(bool(info.entry_barrier))
+        stat = getattr(info.action, "stat", None)
+        if stat is not None:
+          counts[stat] += 1
         for _, sub in info.subplans:
           visit(sub)
 

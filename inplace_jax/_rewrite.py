@@ -3,8 +3,10 @@
 Equations are emitted in the plan's order. A barrier step binds
 `optimization_barrier` over the version and the pending read results; from then on
 every use of those variables reads the barrier's outputs, which is what makes XLA
-keep the order (a barrier orders only what flows through it). Sub-jaxprs are
-rewritten recursively, once per distinct sub-plan.
+keep the order (a barrier orders only what flows through it). An equation whose
+analysis asks for more than new operands is emitted by its primitive's rewrite rule
+(`_rules/`: a conditional lowered to loops, an unrolled scan's entry barrier), with
+its sub-jaxprs rewritten first, recursively, once per distinct sub-plan.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _compat as C
-from . import _rules
+from . import _traits
 from ._plan import Plan
+from ._rules import _build, rule_for, updates
 
 
 class Rewriter:
@@ -26,7 +29,7 @@ class Rewriter:
     hit = self._done.get(id(plan))
     if hit is not None and hit[0] is plan:
       return hit[1]
-    out = _rewrite(plan, self)
+    out = _rewrite(plan, self) if plan.changed else plan.jaxpr
     self._done[id(plan)] = (plan, out)
     return out
 
@@ -36,31 +39,12 @@ def rewrite(plan: Plan):
   return Rewriter()(plan)
 
 
-_CONTROL_FLOW = frozenset((C.while_p, C.scan_p, C.cond_p))
+def _default_rewrite(eqn, info, invars, params) -> list:
+  del info
+  return [eqn.replace(invars=invars, params=params)]
 
 
-def _barrier_eqn(operands, like):
-  outs = [C.new_var(a.aval) for a in operands]
-  eqn = C.new_jaxpr_eqn(list(operands), outs, C.optimization_barrier_p, {},
-                        C.no_effects, like.source_info, like.ctx)
-  return eqn, outs
-
-
-def _with_entry_barrier(closed, positions, like):
-  """`closed` with its invars at `positions` passed through one barrier first; the
-  barrier binds the old invars, so the body's equations stay as they are."""
-  j = closed.jaxpr
-  fresh = {i: C.new_var(j.invars[i].aval) for i in positions}
-  b_eqn = C.new_jaxpr_eqn([fresh[i] for i in positions], [j.invars[i] for i in positions],
-                          C.optimization_barrier_p, {}, C.no_effects, like.source_info,
-                          like.ctx)
-  invars = [fresh.get(i, v) for i, v in enumerate(j.invars)]
-  body = C.Jaxpr(j.constvars, invars, j.outvars, [b_eqn, *j.eqns], j.effects,
-                 j.debug_info)
-  return C.ClosedJaxpr(body, closed.consts)
-
-
-def _with_subplans(eqn, info, rewriter):
+def _with_subplans(eqn, info, rewriter) -> dict:
   params = dict(eqn.params)
   for (key, pos), sub in info.subplans:
     if not sub.changed:
@@ -78,68 +62,73 @@ def _with_subplans(eqn, info, rewriter):
   return params
 
 
-def _rewrite(plan: Plan, rewriter: Rewriter):
-  j = plan.jaxpr
-  if not plan.changed:
-    return j
-  subst: dict[Any, Any] = {}
+class _Emitter:
+  """The state of one plan's emission: substitutions and the equations so far."""
 
-  def s(a):
-    return a if C.is_literal(a) else subst.get(a, a)
+  def __init__(self, plan: Plan, rewriter: Rewriter):
+    self.plan, self.rewriter = plan, rewriter
+    self.subst: dict[Any, Any] = {}
+    self.old_read: dict[int, Any] = {}
+    self.out: list[C.JaxprEqn] = []
+    self.pre = {b.update: b for b in plan.barriers if b.kind == "pre"}
+    self.post = {b.update: b for b in plan.barriers if b.kind == "post"}
+    # Results of loops and conditionals that a barrier ties are used as they are
+    # afterwards: being inputs of the barrier orders them before the update, and
+    # XLA cannot move a loop or a conditional into its users as it can a slice (the
+    # reason other tied reads are used through the barrier). Through it, a result
+    # XLA would learn is constant (a loop of zero trips, a known branch) would be
+    # hidden from its simplifier, which under jax.jit folds `-0.0 + 0.0` to -0.0.
+    self.control = {v for e in plan.jaxpr.eqns
+                    if _traits.has(e.primitive, _traits.Trait.CONTROL_FLOW)
+                    for v in e.outvars}
 
-  pre = {b.update: b for b in plan.barriers if b.kind == "pre"}
-  post = {b.update: b for b in plan.barriers if b.kind == "post"}
-  old_read: dict[int, Any] = {}
-  out: list[C.JaxprEqn] = []
-  # Results of loops and conditionals that a barrier ties are used as they are
-  # afterwards: being inputs of the barrier orders them before the update, and XLA
-  # cannot move a loop or a conditional into its users as it can a slice (the reason
-  # other tied reads are used through the barrier). Through it, a result XLA would
-  # learn is constant (a loop of zero trips, a known branch) would be hidden from
-  # its simplifier, which under jax.jit folds `-0.0 + 0.0` to -0.0.
-  control = {v for e in j.eqns if e.primitive in _CONTROL_FLOW for v in e.outvars}
+  def s(self, a):
+    return a if C.is_literal(a) else self.subst.get(a, a)
 
-  for step in plan.order:
-    eqn = j.eqns[step.index]
-    if step.kind == "pre":
-      spec = pre[step.index]
-      extra = []
-      if step.index in plan.splits:
-        g_eqns, old = _rules.split_rmw_read(eqn, s(eqn.invars[0]), s(eqn.invars[1]))
-        out.extend(g_eqns)
-        extra = [old]
-      orig = list(spec.versions) + list(spec.reads)
-      b_eqn, b_outs = _barrier_eqn([s(v) for v in orig] + extra, eqn)
-      out.append(b_eqn)
-      for v, w in zip(orig, b_outs, strict=False):
-        if v not in control or v in spec.versions:
-          subst[v] = w
-      if extra:
-        old_read[step.index] = b_outs[-1]
-    elif step.kind == "post":
-      spec = post[step.index]
-      b_eqn, b_outs = _barrier_eqn([s(v) for v in spec.versions], eqn)
-      out.append(b_eqn)
-      for v, w in zip(spec.versions, b_outs, strict=True):
-        subst[v] = w
+  def pre_barrier(self, k: int) -> None:
+    eqn, spec = self.plan.jaxpr.eqns[k], self.pre[k]
+    extra = []
+    if k in self.plan.splits:
+      g_eqns, old = updates.split_read(eqn, self.s(eqn.invars[0]), self.s(eqn.invars[1]))
+      self.out.extend(g_eqns)
+      extra = [old]
+    orig = list(spec.versions) + list(spec.reads)
+    b_eqn, b_outs = _build.barrier_eqn([self.s(v) for v in orig] + extra, eqn)
+    self.out.append(b_eqn)
+    for v, w in zip(orig, b_outs, strict=False):
+      if v not in self.control or v in spec.versions:
+        self.subst[v] = w
+    if extra:
+      self.old_read[k] = b_outs[-1]
+
+  def post_barrier(self, k: int) -> None:
+    eqn, spec = self.plan.jaxpr.eqns[k], self.post[k]
+    b_eqn, b_outs = _build.barrier_eqn([self.s(v) for v in spec.versions], eqn)
+    self.out.append(b_eqn)
+    for v, w in zip(spec.versions, b_outs, strict=True):
+      self.subst[v] = w
+
+  def equation(self, k: int) -> None:
+    eqn, info = self.plan.jaxpr.eqns[k], self.plan.infos[k]
+    invars = [self.s(v) for v in eqn.invars]
+    if k in self.plan.splits:
+      self.out.extend(updates.split_write(eqn, invars[0], invars[1], invars[2],
+                                          self.old_read[k]))
+    elif info.changed:
+      params = _with_subplans(eqn, info, self.rewriter)
+      rule = rule_for(eqn.primitive).rewrite or _default_rewrite
+      self.out.extend(rule(eqn, info, invars, params))
+    elif any(a is not b for a, b in zip(invars, eqn.invars, strict=True)):
+      self.out.append(eqn.replace(invars=invars))
     else:
-      info = plan.infos[step.index]
-      invars = [s(v) for v in eqn.invars]
-      if step.index in plan.splits:
-        out.extend(_rules.split_rmw_write(eqn, invars[0], invars[1], invars[2],
-                                          old_read[step.index]))
-      elif info.lower_cond:
-        params = _with_subplans(eqn, info, rewriter)
-        out.extend(_rules.lower_cond(eqn, params["branches"], info.cond_carries,
-                                     invars))
-      elif info.subplans and info.changed:
-        params = _with_subplans(eqn, info, rewriter)
-        if info.entry_barrier:
-          params["jaxpr"] = _with_entry_barrier(params["jaxpr"], info.entry_barrier, eqn)
-        out.append(eqn.replace(invars=invars, params=params))
-      elif any(a is not b for a, b in zip(invars, eqn.invars, strict=True)):
-        out.append(eqn.replace(invars=invars))
-      else:
-        out.append(eqn)
-  outvars = [s(v) for v in j.outvars]
-  return C.Jaxpr(j.constvars, j.invars, outvars, out, j.effects, j.debug_info)
+      self.out.append(eqn)
+
+
+def _rewrite(plan: Plan, rewriter: Rewriter):
+  em = _Emitter(plan, rewriter)
+  for step in plan.order:
+    {"pre": em.pre_barrier, "post": em.post_barrier, "eqn": em.equation}[step.kind](
+        step.index)
+  j = plan.jaxpr
+  return C.Jaxpr(j.constvars, j.invars, [em.s(v) for v in j.outvars], em.out,
+                 j.effects, j.debug_info)

@@ -23,10 +23,11 @@ from typing import Any
 import jax
 
 from . import _compat as C
+from . import _passes
 from ._analysis import Analyzer
-from ._plan import NOT_ALIASED, Conflict, Plan
+from ._plan import Conflict, FindingKind, Plan
 from ._rewrite import Rewriter
-from ._rules import UPDATE_PRIMITIVES, is_big, same_type, scan_with_carried_xs
+from ._rules import is_big
 
 
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
@@ -74,36 +75,19 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   if len(donated) != len(jaxpr.invars):
     raise ValueError(f"donated has {len(donated)} entries but the jaxpr has "
                      f"{len(jaxpr.invars)} inputs")
-  jaxpr, consts = _discharge_refs(jaxpr, consts)
-  # Dead code first, as `jax.jit` does before lowering: a dead read (a value never
-  # used, a conditional's operand no branch uses) would otherwise be ordered by a
-  # barrier that keeps it, and its neighbours, from XLA's simplifier.
-  jaxpr = C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
-  jaxpr = _map_eqns(jaxpr, _given_outputs_picked, {})
-  if not in_loop:
-    jaxpr = _carry_scanned_buffers(jaxpr, donated)
-  if erase_remat_barriers:
-    jaxpr = _map_eqns(jaxpr, _without_remat_barrier, {})
   # The analysis allocates many small containers at once; the cyclic garbage
   # collector would rescan them repeatedly (a third of the time on 10k equations).
   gc_was_enabled = gc.isenabled()
   gc.disable()
   try:
-    plan = Analyzer()(jaxpr, donated, in_loop)
+    analyzer = Analyzer()
+    ctx = _passes.PassContext(donated=donated, in_loop=in_loop,
+                              erase_remat_barriers=erase_remat_barriers,
+                              analyze=analyzer)
+    jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
+    plan = analyzer(jaxpr, donated, in_loop)
     if boundary and not in_loop:
-      aliases = C.predicted_aliases(plan.jaxpr, donated)
-      kept = tuple(d and f is not None and f == a
-                   for d, f, a in zip(donated, plan.flows, aliases, strict=True))
-      dropped = [i for i, (d, k, v) in enumerate(
-          zip(donated, kept, jaxpr.invars, strict=True)) if d and not k
-                 and is_big(v.aval)]
-      if dropped:
-        first = plan
-        plan = Analyzer()(jaxpr, kept, in_loop)
-        notes = tuple(_alias_conflict(i, first.flows[i], aliases[i])
-                      for i in dropped)
-        plan = dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
-            c for c in first.all_conflicts() if c not in plan.all_conflicts()))
+      plan = _honour_aliases(plan, jaxpr, donated, analyzer)
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -113,71 +97,23 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   return C.ClosedJaxpr(new, consts), plan
 
 
-def _carry_scanned_buffers(jaxpr, donated: Sequence[bool]):
-  """`jaxpr` with each top-level `scan` that maps rows of a donated buffer's version
-  (an `xs`) to the rows of an output of the same type (a `ys`), through in-place
-  updates of the row, rewritten to carry that buffer
-  (`_rules.scan_with_carried_xs`)."""
-  versions = {v for v, d in zip(jaxpr.invars, donated, strict=True)
-              if d and is_big(v.aval)}
-  eqns, changed = [], False
-  for eqn in jaxpr.eqns:
-    pairs = _scanned_buffer_pairs(eqn, versions) if eqn.primitive is C.scan_p else []
-    if pairs:
-      eqn = scan_with_carried_xs(eqn, pairs)
-      changed = True
-    eqns.append(eqn)
-    for i, o in _in_place_pairs(eqn):
-      if not C.is_literal(eqn.invars[i]) and eqn.invars[i] in versions:
-        versions.add(eqn.outvars[o])
-  return jaxpr.replace(eqns=eqns) if changed else jaxpr
-
-
-def _in_place_pairs(eqn) -> list[tuple[int, int]]:
-  """(operand, output) pairs of `eqn` that continue a buffer: updates, and the
-  carries of loops."""
-  if eqn.primitive in UPDATE_PRIMITIVES:
-    return [(0, 0)]
-  if eqn.primitive is C.scan_p:
-    nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
-    return [(nc + j, j) for j in range(nk)]
-  if eqn.primitive is C.while_p:
-    n = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
-    return [(n + j, j) for j in range(len(eqn.outvars))]
-  return []
-
-
-def _scanned_buffer_pairs(eqn, versions) -> list[tuple[int, int]]:
-  """`(k, j)` for each `xs[k]` of `eqn`, a big version of a donated buffer, whose row
-  the body updates in place into `ys[j]` of the same type."""
-  p = eqn.params
-  unroll = p.get("unroll", 1)
-  if unroll is True or unroll not in (1, False) or p["length"] < 1:
-    return []
-  nc, nk = p["num_consts"], p["num_carry"]
-  body = p["jaxpr"].jaxpr
-  xs = list(eqn.invars[nc + nk:])
-  candidates = [k for k, v in enumerate(xs)
-                if not C.is_literal(v) and v in versions and is_big(v.aval)
-                and sum(w is v for w in eqn.invars) == 1]
-  if not candidates:
-    return []
-  mask = [False] * len(body.invars)
-  for k in candidates:
-    mask[nc + nk + k] = True
-  plan = Analyzer()(body, mask, True)
-  pairs, taken = [], set()
-  for k in candidates:
-    i = nc + nk + k
-    o = plan.flows[i]
-    if o is None or o < nk or not plan.strong_flows[i] or o in taken:
-      continue
-    out = eqn.outvars[o]
-    if C.is_drop_var(out) or not same_type(out.aval, xs[k].aval):
-      continue
-    taken.add(o)
-    pairs.append((k, o - nk))
-  return pairs
+def _honour_aliases(plan: Plan, jaxpr, donated, analyzer) -> Plan:
+  """The plan with only the donated buffers XLA can update in place: those whose
+  last version is the output JAX aliases them to (JAX pairs donated inputs with
+  outputs of the same shape and dtype, in order). The others are read-only to XLA,
+  and sequencing them only costs; the report says why they are copied."""
+  aliases = C.predicted_aliases(plan.jaxpr, donated)
+  kept = tuple(d and f is not None and f == a
+               for d, f, a in zip(donated, plan.flows, aliases, strict=True))
+  dropped = [i for i, (d, k, v) in enumerate(zip(donated, kept, jaxpr.invars, strict=True))
+             if d and not k and is_big(v.aval)]
+  if not dropped:
+    return plan
+  first = plan
+  plan = analyzer(jaxpr, kept, False)
+  notes = tuple(_alias_conflict(i, first.flows[i], aliases[i]) for i in dropped)
+  return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
+      c for c in first.all_conflicts() if c not in plan.all_conflicts()))
 
 
 def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
@@ -191,99 +127,7 @@ def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
     msg = (f"donated input {i} is aliased to output {alias} (JAX pairs donated "
            f"inputs with outputs in order), but its updated value is output {flow}: "
            "XLA copies it")
-  return Conflict(NOT_ALIASED, msg)
-
-
-def _map_eqns(jaxpr, fn: Callable, memo: dict):
-  """`jaxpr` with the equations `fn(eqn)` in place of each equation, at every depth
-  (the jaxprs in an equation's params are mapped before the equation)."""
-  hit = memo.get(id(jaxpr))
-  if hit is not None and hit[0] is jaxpr:
-    return hit[1]
-  changed = False
-  eqns = []
-  for eqn in jaxpr.eqns:
-    params = eqn.params
-    new_params = None
-    for key in C.jaxprs_in_params(params):
-      val = params[key]
-      seq = val if isinstance(val, (tuple, list)) else (val,)
-      new_seq = []
-      for j in seq:
-        if isinstance(j, C.ClosedJaxpr):
-          inner = _map_eqns(j.jaxpr, fn, memo)
-          new_seq.append(j if inner is j.jaxpr else C.ClosedJaxpr(inner, j.consts))
-        else:
-          new_seq.append(_map_eqns(j, fn, memo))
-      if any(a is not b for a, b in zip(seq, new_seq, strict=True)):
-        new_params = dict(new_params or params)
-        new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
-                           else new_seq[0])
-    if new_params is not None:
-      eqn = eqn.replace(params=new_params)
-      changed = True
-    new = fn(eqn)
-    changed |= len(new) != 1 or new[0] is not eqn
-    eqns.extend(new)
-  out = jaxpr if not changed else C.Jaxpr(
-      jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns, jaxpr.effects,
-      jaxpr.debug_info)
-  memo[id(jaxpr)] = (jaxpr, out)
-  return out
-
-
-def _without_remat_barrier(eqn) -> list:
-  """A `remat2` equation with `prevent_cse` off."""
-  if eqn.primitive is C.remat_p and eqn.params.get("prevent_cse"):
-    return [eqn.replace(params=dict(eqn.params, prevent_cse=False))]
-  return [eqn]
-
-
-def _given_outputs_picked(eqn) -> list:
-  """A `cond` whose small outputs some branch returns as a literal or an operand,
-  followed by a `select_n` on the index per such output: that branch's atom, or the
-  conditional's result for the others. The values are the conditional's own; but
-  where XLA learns the index (a one-trip loop unrolled), a branch's literal is a
-  constant to it even when a barrier inplace_jax adds holds the conditional's
-  result, as it is under `jax.jit` (which folds `-0.0 + 0.0` to -0.0, not IEEE)."""
-  if eqn.primitive is not C.cond_p:
-    return [eqn]
-  index, ops = eqn.invars[0], eqn.invars[1:]
-  branches = eqn.params["branches"]
-  outvars = list(eqn.outvars)
-  picks = []
-  for o, out in enumerate(eqn.outvars):
-    if C.is_drop_var(out) or is_big(out.aval):
-      continue
-    given = [_given_atom(b.jaxpr, o, ops) for b in branches]
-    if all(g is None for g in given):
-      continue
-    outvars[o] = C.new_var(out.aval)
-    cases = [outvars[o] if g is None else g for g in given]
-    picks.append(C.new_jaxpr_eqn([index, *cases], [out], C.select_n_p, {},
-                                 C.no_effects, eqn.source_info, eqn.ctx))
-  if not picks:
-    return [eqn]
-  return [eqn.replace(outvars=outvars), *picks]
-
-
-def _given_atom(jaxpr, o: int, ops) -> Any:
-  """What branch `jaxpr` returns as output `o` when it is a literal or one of the
-  conditional's operands (`ops`), as an atom outside the branch; else None."""
-  v = jaxpr.outvars[o]
-  if C.is_literal(v):
-    return v
-  for w, op in zip(jaxpr.invars, ops, strict=True):
-    if w is v:
-      return op
-  return None
-
-
-def _discharge_refs(jaxpr, consts):
-  """Mutable refs created inside the function become plain values first."""
-  if not C.has_ref_effects(jaxpr):
-    return jaxpr, consts
-  return C.discharge_refs(jaxpr, consts)
+  return Conflict(FindingKind.NOT_ALIASED, msg)
 
 
 class _Traced:

@@ -1,0 +1,179 @@
+"""Where a tie can go without changing a value: what inplace_jax assumes about XLA's
+fusion and arithmetic.
+
+An `optimization_barrier` materialises what it ties and ends the fusions around it.
+That changes no value after pure data movement or after a value XLA materialises
+anyway; it can change the last bit elsewhere (docs/xla_notes.md):
+
+* between a multiply and the add it feeds: XLA:CPU contracts the pair into one FMA
+  when both sit in one fusion (`A - outer(a, b)` tied differed by 1e-6);
+* after a dot: XLA folds a following transpose (vmap's) into the dot and runs it in
+  the other operand order (an `eqx.nn.Linear` under vmap differed by 1.5e-8);
+* around a float reduction or a transcendental: their accumulation order and vector
+  code follow the fusion (a gathered sum differed in the fuzzer).
+
+The traits these rules read are in `_traits.py`. The analysis asks three questions:
+`cut_safe` (may a barrier follow this result?), `feeds_sensitive` (does this value
+reach a fusion-sensitive op through ops XLA would fuse with it?) and
+`additive_source_safe` (may this addend be added in a fusion of its own?).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from . import _compat as C
+from . import _traits
+from ._rules import _registry as R
+from ._traits import Trait
+
+# Beyond this many steps a question is answered with the conservative "no".
+MAX_DEPTH = 12
+
+
+def is_inexact(v) -> bool:
+  try:
+    return bool(jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact))
+  except (AttributeError, TypeError):
+    return False
+
+
+def cut_safe(eqn, out_index: int) -> bool:
+  """Whether a barrier right after output `out_index` of `eqn` changes no value."""
+  v = eqn.outvars[out_index]
+  try:
+    if not jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact):
+      return True   # integers and booleans do not round
+  except (AttributeError, TypeError):
+    return False
+  if _traits.has(eqn.primitive, Trait.CUT_SAFE):
+    return True
+  inner = R.call_body(eqn)
+  if inner is None:
+    return False
+  w = inner.outvars[out_index]
+  if C.is_literal(w) or w in inner.invars or w in inner.constvars:
+    return True
+  for e in reversed(inner.eqns):
+    if any(o is w for o in e.outvars):
+      return cut_safe(e, [o is w for o in e.outvars].index(True))
+  return False
+
+
+def cut_safe_var(eqn, var) -> bool:
+  return cut_safe(eqn, [o is var for o in eqn.outvars].index(True))
+
+
+def applies_function(eqn) -> bool:
+  """A `scatter` that applies a function to the old values (`.at[].apply`)."""
+  return (eqn.primitive is C.scatter_p and eqn.params.get("update_jaxpr") is not None
+          and bool(eqn.params["update_jaxpr"].eqns))
+
+
+def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
+                    depth: int = 0) -> bool:
+  """Whether float `var` reaches a fusion-sensitive op through ops XLA would fuse
+  with it, here or inside the sub-jaxprs it is passed to (XLA inlines calls and
+  hoists loop-invariant and branch code out of loops and conditionals).
+
+  `inner_sensitive(jaxpr, index)` answers the same question for invar `index` of a
+  sub-jaxpr (memoised by the caller).
+  """
+  if not is_inexact(var):
+    return False
+  hit = memo.get(var)
+  if hit is not None:
+    return hit
+  if depth > MAX_DEPTH:
+    return True     # too deep to tell: assume the worst
+  memo[var] = False   # cycles cannot happen in a jaxpr; this only stops repeats
+  out = False
+  for k, pos in consumers.get(var, ()):
+    e = eqns[k]
+    if _traits.has(e.primitive, Trait.SENSITIVE) or applies_function(e):
+      out = True
+    elif _traits.any_of(e.primitive, _traits.TRANSPARENT | Trait.UPDATE):
+      # The scatter family carries its combiner as a jaxpr of one exact operation
+      # (or none): data movement for this purpose, not a sub-computation.
+      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1)
+                for w in e.outvars if not C.is_drop_var(w))
+    elif C.jaxprs_in_params(e.params):
+      pairs = R.bindings(e, pos)
+      out = pairs is None or any(inner_sensitive(j, i) for j, i in pairs)
+    if out:
+      break
+  memo[var] = out
+  return out
+
+
+def inner_sensitivity(cache: dict):
+  """`inner_sensitive(jaxpr, index)` memoised in `cache` (owned by one analysis)."""
+
+  def inner_sensitive(jaxpr, index: int) -> bool:
+    key = (id(jaxpr), index)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is jaxpr:
+      return hit[1]
+    consumers: dict = {}
+    for k, e in enumerate(jaxpr.eqns):
+      for pos, v in enumerate(e.invars):
+        if not C.is_literal(v):
+          consumers.setdefault(v, []).append((k, pos))
+    out = feeds_sensitive(jaxpr.invars[index], jaxpr.eqns, consumers, {},
+                          inner_sensitive, 1)
+    cache[key] = (jaxpr, out)   # keeps `jaxpr` alive, so its id stays unique
+    return out
+
+  return inner_sensitive
+
+
+def additive_source_safe(var, eqns, producer, depth: int = 0) -> bool:
+  """Whether the float value `var` comes, through data movement only, from a value
+  whose last step is not a multiply (nor a division XLA may turn into one, nor a
+  transcendental). Adding such a value in a fusion of its own rounds as adding it
+  in the producer's fusion; a multiply could instead be contracted into an FMA on
+  one side and not the other (a split `.at[rows].add(mean(x))` differed by 1 ulp)."""
+  if C.is_literal(var) or not is_inexact(var):
+    return True
+  k = producer.get(var)
+  if k is None:
+    return True                     # an input: materialised
+  if depth > MAX_DEPTH:
+    return False
+  e = eqns[k]
+  if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
+    return all(additive_source_safe(x, eqns, producer, depth + 1) for x in e.invars)
+  inner = R.call_body(e)
+  if inner is not None:
+    idx = [o is var for o in e.outvars].index(True)
+    inner_producer = {o: i for i, q in enumerate(inner.eqns) for o in q.outvars}
+    return _inner_source_safe(inner.outvars[idx], inner, inner_producer, e, eqns,
+                              producer, depth)
+  return cut_safe(e, [o is var for o in e.outvars].index(True))
+
+
+def _inner_source_safe(w, inner, inner_producer, call, eqns, producer, depth) -> bool:
+  if C.is_literal(w) or not is_inexact(w):
+    return True
+  if w in inner.invars:
+    outer = call.invars[list(inner.invars).index(w)]
+    return additive_source_safe(outer, eqns, producer, depth + 1)
+  k = inner_producer.get(w)
+  if k is None:
+    return True
+  e = inner.eqns[k]
+  if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
+    return all(_inner_source_safe(x, inner, inner_producer, call, eqns, producer,
+                                  depth + 1) for x in e.invars)
+  return additive_source_safe(w, inner.eqns, inner_producer, depth + 1)
+
+
+def is_slicing(eqn) -> bool:
+  """Whether XLA's simplifier may rewrite this read of an update's result into a read
+  of the update's operand (a slice of a dynamic-update-slice outside the updated
+  window; inlined calls can hold such slices)."""
+  return _traits.has(eqn.primitive, Trait.SLICING) or R.call_param(eqn) is not None
+
+

@@ -1,0 +1,91 @@
+"""A jaxpr's equations as a graph: producers, consumers, scheduling edges.
+
+The analysis (`_analysis.py`) reads and extends it: edges are data dependencies and
+the order of effectful equations, plus the read-before-update edges the analysis adds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _compat as C
+
+
+class Graph:
+  """Producers, consumers and the scheduling edges of one jaxpr's equations."""
+
+  def __init__(self, jaxpr):
+    self.jaxpr = jaxpr
+    self.eqns = jaxpr.eqns
+    self.n = len(self.eqns)
+    self.producer: dict[Any, int] = {}
+    self.consumers: dict[Any, list[tuple[int, int]]] = {}
+    self.edges: list[set[int]] = [set() for _ in range(self.n)]
+    prev_effect = None
+    for k, eqn in enumerate(self.eqns):
+      for pos, v in enumerate(eqn.invars):
+        if C.is_literal(v):
+          continue
+        self.consumers.setdefault(v, []).append((k, pos))
+        p = self.producer.get(v)
+        if p is not None:
+          self.edges[p].add(k)
+      for v in eqn.outvars:
+        if not C.is_drop_var(v):
+          self.producer[v] = k
+      if eqn.effects:
+        if prev_effect is not None:
+          self.edges[prev_effect].add(k)
+        prev_effect = k
+    self.outvars = {v for v in jaxpr.outvars if not C.is_literal(v)}
+
+  def producer_eqn(self, v) -> Any:
+    k = self.producer.get(v)
+    return None if k is None else self.eqns[k]
+
+  def uses(self, v) -> list[tuple[int, int]]:
+    return self.consumers.get(v, [])
+
+  def is_live(self, v) -> bool:
+    """Whether `v` is used by an equation or returned."""
+    return v in self.consumers or v in self.outvars
+
+  def reaches(self, src: int, dst: int) -> bool:
+    """Whether `dst` depends on `src` (searching equations up to `dst` only: should a
+    path leave that window, the scheduler's cycle check still keeps the program
+    unchanged rather than wrong)."""
+    if src == dst:
+      return True
+    seen = {src}
+    stack = [src]
+    while stack:
+      x = stack.pop()
+      for y in self.edges[x]:
+        if y == dst:
+          return True
+        if y not in seen and y < dst:
+          seen.add(y)
+          stack.append(y)
+    return False
+
+  def predecessors(self) -> list[list[int]]:
+    preds: list[list[int]] = [[] for _ in range(self.n)]
+    for a, bs in enumerate(self.edges):
+      for b in bs:
+        preds[b].append(a)
+    return preds
+
+  def ancestors_within(self, var, within: set[int]) -> set[int]:
+    """The equations of `within` that `var` is computed from."""
+    out: set[int] = set()
+    stack = [var]
+    while stack:
+      v = stack.pop()
+      if C.is_literal(v):
+        continue
+      k = self.producer.get(v)
+      if k is None or k not in within or k in out:
+        continue
+      out.add(k)
+      stack.extend(self.eqns[k].invars)
+    return out

@@ -1,0 +1,215 @@
+"""Normalisation passes: jaxpr -> jaxpr rewrites run before the analysis, in order.
+
+Each pass computes exactly the values its input computes. They put the jaxpr in the
+form the analysis and XLA handle best:
+
+1. `discharge_refs`: mutable refs created inside the function become values.
+2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
+   ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
+3. `pick_given_outputs`: a conditional's small outputs that a branch gives as a
+   literal or an operand are picked after it by `select_n` on the index.
+4. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
+   returns them updated carries the buffer instead (no whole-stack copy on entry).
+5. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
+   fusion, `jax.checkpoint`'s CSE barriers go too, so the options that keep
+   inplace_jax's barriers do not keep those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _compat as C
+from . import _rules
+from ._rules import loops
+
+
+@dataclasses.dataclass(frozen=True)
+class PassContext:
+  donated: tuple[bool, ...]
+  in_loop: bool
+  erase_remat_barriers: bool
+  analyze: Callable[..., Any]
+
+
+def discharge_refs(jaxpr, consts, ctx: PassContext):
+  if not C.has_ref_effects(jaxpr):
+    return jaxpr, consts
+  return C.discharge_refs(jaxpr, consts)
+
+
+def dead_code(jaxpr, consts, ctx: PassContext):
+  return C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0], consts
+
+
+def pick_given_outputs(jaxpr, consts, ctx: PassContext):
+  return map_eqns(jaxpr, _given_outputs_picked, {}), consts
+
+
+def carry_scanned_buffers(jaxpr, consts, ctx: PassContext):
+  if ctx.in_loop:
+    return jaxpr, consts
+  return _carry_scanned_buffers(jaxpr, ctx.donated, ctx.analyze), consts
+
+
+def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
+  if not ctx.erase_remat_barriers:
+    return jaxpr, consts
+  return map_eqns(jaxpr, _without_remat_barrier, {}), consts
+
+
+PASSES = (discharge_refs, dead_code, pick_given_outputs, carry_scanned_buffers,
+          erase_remat_barriers)
+
+
+def normalise(jaxpr, consts, ctx: PassContext):
+  for p in PASSES:
+    jaxpr, consts = p(jaxpr, consts, ctx)
+  return jaxpr, consts
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def map_eqns(jaxpr, fn: Callable, memo: dict):
+  """`jaxpr` with the equations `fn(eqn)` in place of each equation, at every depth
+  (the jaxprs in an equation's params are mapped before the equation)."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  changed = False
+  eqns = []
+  for eqn in jaxpr.eqns:
+    new_params = _mapped_params(eqn.params, fn, memo)
+    if new_params is not None:
+      eqn = eqn.replace(params=new_params)
+      changed = True
+    new = fn(eqn)
+    changed |= len(new) != 1 or new[0] is not eqn
+    eqns.extend(new)
+  out = jaxpr if not changed else C.Jaxpr(
+      jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns, jaxpr.effects,
+      jaxpr.debug_info)
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+def _mapped_params(params, fn, memo) -> dict | None:
+  new_params = None
+  for key in C.jaxprs_in_params(params):
+    val = params[key]
+    seq = val if isinstance(val, (tuple, list)) else (val,)
+    new_seq = []
+    for j in seq:
+      if isinstance(j, C.ClosedJaxpr):
+        inner = map_eqns(j.jaxpr, fn, memo)
+        new_seq.append(j if inner is j.jaxpr else C.ClosedJaxpr(inner, j.consts))
+      else:
+        new_seq.append(map_eqns(j, fn, memo))
+    if any(a is not b for a, b in zip(seq, new_seq, strict=True)):
+      new_params = dict(new_params or params)
+      new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
+                         else new_seq[0])
+  return new_params
+
+
+def _without_remat_barrier(eqn) -> list:
+  """A `remat2` equation with `prevent_cse` off."""
+  if eqn.primitive is C.remat_p and eqn.params.get("prevent_cse"):
+    return [eqn.replace(params=dict(eqn.params, prevent_cse=False))]
+  return [eqn]
+
+
+def _given_outputs_picked(eqn) -> list:
+  """A `cond` whose small outputs some branch returns as a literal or an operand,
+  followed by a `select_n` on the index per such output: that branch's atom, or the
+  conditional's result for the others. The values are the conditional's own; but
+  where XLA learns the index (a one-trip loop unrolled), a branch's literal is a
+  constant to it even when a barrier inplace_jax adds holds the conditional's
+  result, as it is under `jax.jit` (which folds `-0.0 + 0.0` to -0.0, not IEEE)."""
+  if eqn.primitive is not C.cond_p:
+    return [eqn]
+  index, ops = eqn.invars[0], eqn.invars[1:]
+  branches = eqn.params["branches"]
+  outvars = list(eqn.outvars)
+  picks = []
+  for o, out in enumerate(eqn.outvars):
+    if C.is_drop_var(out) or _rules.is_big(out.aval):
+      continue
+    given = [_given_atom(b.jaxpr, o, ops) for b in branches]
+    if all(g is None for g in given):
+      continue
+    outvars[o] = C.new_var(out.aval)
+    cases = [outvars[o] if g is None else g for g in given]
+    picks.append(C.new_jaxpr_eqn([index, *cases], [out], C.select_n_p, {},
+                                 C.no_effects, eqn.source_info, eqn.ctx))
+  if not picks:
+    return [eqn]
+  return [eqn.replace(outvars=outvars), *picks]
+
+
+def _given_atom(jaxpr, o: int, ops) -> Any:
+  """What branch `jaxpr` returns as output `o` when it is a literal or one of the
+  conditional's operands (`ops`), as an atom outside the branch; else None."""
+  v = jaxpr.outvars[o]
+  if C.is_literal(v):
+    return v
+  for w, op in zip(jaxpr.invars, ops, strict=True):
+    if w is v:
+      return op
+  return None
+
+
+def _carry_scanned_buffers(jaxpr, donated: Sequence[bool], analyze):
+  """`jaxpr` with each top-level `scan` that maps rows of a donated buffer's version
+  (an `xs`) to the rows of an output of the same type (a `ys`), through in-place
+  updates of the row, rewritten to carry that buffer (`loops.scan_with_carried_xs`)."""
+  versions = {v for v, d in zip(jaxpr.invars, donated, strict=True)
+              if d and _rules.is_big(v.aval)}
+  eqns, changed = [], False
+  for eqn in jaxpr.eqns:
+    pairs = (_scanned_buffer_pairs(eqn, versions, analyze)
+             if eqn.primitive is C.scan_p else [])
+    if pairs:
+      eqn = loops.scan_with_carried_xs(eqn, pairs)
+      changed = True
+    eqns.append(eqn)
+    for i, o in _rules.carries(eqn):
+      if not C.is_literal(eqn.invars[i]) and eqn.invars[i] in versions:
+        versions.add(eqn.outvars[o])
+  return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+def _scanned_buffer_pairs(eqn, versions, analyze) -> list[tuple[int, int]]:
+  """`(k, j)` for each `xs[k]` of `eqn`, a big version of a donated buffer, whose row
+  the body updates in place into `ys[j]` of the same type."""
+  p = eqn.params
+  unroll = p.get("unroll", 1)
+  if unroll is True or unroll not in (1, False) or p["length"] < 1:
+    return []
+  nc, nk = p["num_consts"], p["num_carry"]
+  body = p["jaxpr"].jaxpr
+  xs = list(eqn.invars[nc + nk:])
+  candidates = [k for k, v in enumerate(xs)
+                if not C.is_literal(v) and v in versions and _rules.is_big(v.aval)
+                and sum(w is v for w in eqn.invars) == 1]
+  if not candidates:
+    return []
+  mask = [False] * len(body.invars)
+  for k in candidates:
+    mask[nc + nk + k] = True
+  plan = analyze(body, mask, True)
+  pairs, taken = [], set()
+  for k in candidates:
+    i = nc + nk + k
+    o = plan.flows[i]
+    if o is None or o < nk or not plan.strong_flows[i] or o in taken:
+      continue
+    out = eqn.outvars[o]
+    if C.is_drop_var(out) or not _rules.same_type(out.aval, xs[k].aval):
+      continue
+    taken.add(o)
+    pairs.append((k, o - nk))
+  return pairs

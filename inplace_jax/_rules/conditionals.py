@@ -1,0 +1,271 @@
+"""Conditionals: `cond` and `switch`.
+
+XLA cannot order a write inside a conditional's branch against reads outside it, so
+a branch that updates a buffer leaves a full copy on CPU whatever the barriers, and
+which branch sits first decides whether the copy appears at all (jax#16661, #39449,
+docs/xla_notes.md). A while loop carries its buffers in place, so such a conditional
+is lowered to a chain of zero-or-one-trip while loops (`lower_cond`), unless XLA keeps
+it in place as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import _compat as C
+from .. import _traits
+from .._plan import EqnInfo, InplaceUse
+from . import _build
+from ._registry import is_big, normalised_float, register
+
+
+@dataclasses.dataclass(frozen=True)
+class LowerCond:
+  """Rewrite action: lower the conditional to zero-or-one-trip loops carrying these
+  (operand, output) pairs (operand positions exclude the index)."""
+  carries: tuple[tuple[int, int], ...]
+  stat = "lowered_conds"
+
+
+def cond_carries(eqn, plans) -> list[tuple[int, int]]:
+  """(operand, output) pairs a lowered conditional carries through its loops.
+
+  Operand i is carried to output o when some branch updates operand i in place and
+  returns it as output o, and no branch returns it (updated or not) elsewhere.
+  """
+  ops = eqn.invars[1:]
+  pairs = []
+  taken = set()
+  for i in range(len(ops)):
+    targets = {p.flows[i] for p in plans if p.flows[i] is not None}
+    updated = any(p.flows[i] is not None and p.jaxpr.outvars[p.flows[i]]
+                  is not p.jaxpr.invars[i] for p in plans)
+    if len(targets) == 1 and updated:
+      o = targets.pop()
+      if o not in taken and ops[i].aval == eqn.outvars[o].aval:
+        taken.add(o)
+        pairs.append((i, o))
+  return pairs
+
+
+def _cond_rule(eqn, is_version, ctx):
+  branches = eqn.params["branches"]
+  mask = list(is_version[1:])
+  # Branches get no read-modify-write splits (as in loops): a split would force the
+  # conditional into loops to stay in place, which costs more than it saves.
+  plans = [ctx.analyze(b.jaxpr, mask, True, ctx.manual) for b in branches]
+  pairs = cond_carries(eqn, plans)
+  subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
+  lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx)
+  uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
+  return EqnInfo(uses=uses, subplans=subplans,
+                 action=LowerCond(tuple(pairs)) if lower else None)
+
+
+def _should_lower(eqn, plans, pairs, ctx) -> bool:
+  # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
+  # `lax.cond`) does not update the buffers in place (returns them untouched, or a
+  # fresh value) is already copy-free once reads are tied before it, if its
+  # branches need no barriers of their own; lowering it to loops would only cost
+  # speed. With the updating branch first, three branches or more, or a branch
+  # that reads its buffer after updating it, XLA copies inside the branch.
+  keeps_in_place = (len(plans) == 2
+                    and not any(plans[0].strong_flows[i] for i, _ in pairs)
+                    and not any(p.changed for p in plans))
+  # With a constant index XLA keeps only the chosen branch: nothing to lower.
+  return (not keeps_in_place and not ctx.manual
+          and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn)
+          and not _hoistable_sensitive(eqn, pairs, ctx)
+          # XLA:CPU's f32 converts around 16-bit float loop carries copy them.
+          and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
+          # A branch that rewrites a buffer elementwise (no strong update) gains
+          # nothing from a loop: XLA keeps the copy and the loop adds its own.
+          and not any(_weak_only(p, i, o) for p in plans for i, o in pairs))
+
+
+def _weak_only(plan, i: int, o: int) -> bool:
+  # ... and reads it elsewhere first (the plan ties reads): XLA cannot rewrite it
+  # in place then, loop or not.
+  return (plan.flows[i] == o and not plan.strong_flows[i] and plan.changed
+          and plan.jaxpr.outvars[o] is not plan.jaxpr.invars[i])
+
+
+def _hoistable_sensitive(eqn, pairs, ctx) -> bool:
+  """Whether a branch reduces (or applies a transcendental to) an operand that is
+  computed by a fusible op outside: XLA moves such code out of a conditional and
+  fuses it with that op, which it would not do from inside a loop, so lowering
+  would change the result's last bit (a gathered sum did, in the fuzzer)."""
+  carried = {i for i, _ in pairs}
+  for i, v in enumerate(eqn.invars[1:]):
+    if i in carried or C.is_literal(v):
+      continue
+    producer = ctx.producer(v)
+    if producer is None or not _traits.any_of(producer.primitive, _traits.TRANSPARENT):
+      continue
+    if any(ctx.inner_sensitive(b.jaxpr, i) for b in eqn.params["branches"]):
+      return True
+  return False
+
+
+def _zero_initialisable(aval) -> bool:
+  try:
+    return np.dtype(aval.dtype).kind in "biufc" or aval.dtype == jax.numpy.bfloat16
+  except TypeError:  # extended dtypes (PRNG keys) have no numpy equivalent
+    return False
+
+
+def _can_lower_cond(eqn) -> bool:
+  if any(b.effects for b in eqn.params["branches"]):
+    return False  # keep effects where they were; the conditional stays
+  return all(_zero_initialisable(v.aval) for v in eqn.outvars)
+
+
+def _cond_rewrite(eqn, info, invars, params):
+  if isinstance(info.action, LowerCond):
+    return lower_cond(eqn, params["branches"], info.action.carries, invars)
+  return [eqn.replace(invars=invars, params=params)]
+
+
+def _cond_bindings(eqn, pos):
+  return [(b.jaxpr, pos - 1) for b in eqn.params["branches"]] if pos else []
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
+               pairs: Sequence[tuple[int, int]], invars: Sequence[Any]
+               ) -> list[C.JaxprEqn]:
+  """A `cond`/`switch` as a chain of while loops of zero or one trip each.
+
+  Branch k becomes the body of loop k, entered iff the index is k; the buffers in
+  `pairs` are carried through the loops and every other output is carried from a
+  zero initial value. The branch bodies are used as they are, so the values are
+  exactly the branch's.
+
+  Outputs that no branch computes from a carried buffer or a large operand (flags,
+  scalars, small slices) stay in a `cond` of their own, cut down to what they need,
+  ahead of the loops: a conditional XLA inlines and simplifies as under `jax.jit`
+  when it learns the index, where the loops' trip count stays opaque to it (so
+  `-0.0 + v` with `v` a branch's 0.0 is folded, or not, alike on both sides).
+  """
+  index, ops = invars[0], list(invars[1:])
+  carried_in = [i for i, _ in pairs]
+  carried_out = [o for _, o in pairs]
+  const_ops = [i for i in range(len(ops)) if i not in carried_in]
+  side = _side_outputs(branches, carried_out, carried_in, const_ops)
+  other_out = [o for o in range(len(eqn.outvars))
+               if o not in carried_out and o not in side]
+  new_eqns = _side_cond(eqn, branches, side, carried_in, index, ops, const_ops)
+  zero_eqns, zeros = _build.trace_eqns(
+      lambda: [_build.zeros(eqn.outvars[o].aval) for o in other_out], [], eqn)
+  new_eqns += zero_eqns
+  carry = [ops[i] for i in carried_in] + zeros
+  for k, branch in enumerate(branches):
+    if not other_out and all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
+                             for i, o in pairs):
+      continue  # this branch leaves every carried buffer as it is: nothing to run
+    flag_eqns, (flag,) = _build.trace_eqns(
+        lambda i, k=k: (i == k).astype(np.int32), [index], eqn)
+    new_eqns.extend(flag_eqns)
+    body = _branch_as_body(branch, const_ops, carried_in, carried_out, other_out)
+    cond = _flag_cond(len(carry), [a.aval for a in carry])
+    outvars = [C.new_var(flag.aval)] + [C.new_var(a.aval) for a in carry]
+    new_eqns.append(C.new_jaxpr_eqn(
+        [ops[i] for i in const_ops] + [flag] + carry, outvars, C.while_p,
+        dict(cond_jaxpr=cond, body_jaxpr=body, cond_nconsts=0,
+             body_nconsts=len(const_ops)),
+        C.no_effects, eqn.source_info, eqn.ctx))
+    carry = outvars[1:]
+  # Bind the conditional's own output variables, so later equations need no renaming.
+  last = new_eqns[-1]
+  new_eqns[-1] = last.replace(outvars=[last.outvars[0]] + [
+      eqn.outvars[o] for o in carried_out + other_out])
+  return new_eqns
+
+
+def _side_cond(eqn, branches, side, carried_in, index, ops, const_ops):
+  """The conditional of the side outputs alone (or nothing)."""
+  if not side:
+    return []
+  used = [o in side for o in range(len(eqn.outvars))]
+  keep = [i not in carried_in for i in range(len(ops))]
+  side_branches = []
+  for branch in branches:
+    j, _ = C.dce_jaxpr(branch.jaxpr, used, instantiate=keep)
+    assert len(j.invars) == len(const_ops)
+    side_branches.append(C.ClosedJaxpr(j, branch.consts))
+  return [C.new_jaxpr_eqn(
+      [index] + [ops[i] for i in const_ops], [eqn.outvars[o] for o in side],
+      C.cond_p, dict(eqn.params, branches=tuple(side_branches)),
+      C.no_effects, eqn.source_info, eqn.ctx)]
+
+
+def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
+  def cond(flag, *carry):
+    del carry
+    return flag > 0
+  shapes = [jax.ShapeDtypeStruct((), np.int32)] + [
+      jax.ShapeDtypeStruct(a.shape, a.dtype) for a in carry_avals]
+  closed = jax.make_jaxpr(cond)(*shapes)
+  assert len(closed.jaxpr.invars) == n_carry + 1
+  return closed
+
+
+def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out, carried_in,
+                  const_ops) -> list[int]:
+  """`lower_cond`'s outputs that can stay in a conditional: in every branch computed
+  from small non-carried operands only, by equations no carried output needs."""
+  n_out = len(branches[0].jaxpr.outvars)
+  side = []
+  for o in range(n_out):
+    if o in carried_out:
+      continue
+    mask = [k == o for k in range(n_out)]
+    for branch in branches:
+      _, used = C.dce_jaxpr(branch.jaxpr, mask)
+      invars = branch.jaxpr.invars
+      if any(used[i] for i in carried_in) or any(
+          used[i] and is_big(invars[i].aval) for i in const_ops):
+        break
+    else:
+      side.append(o)
+  if not side:
+    return side
+  for branch in branches:
+    halves = [C.dce_jaxpr(branch.jaxpr, [(k in side) == want for k in range(n_out)])[0]
+              for want in (True, False)]
+    defined = [{id(v) for e in h.eqns for v in e.outvars} for h in halves]
+    if defined[0] & defined[1]:
+      return []     # shared work: keep it in one place, the loops
+  return side
+
+
+def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
+                    other_out) -> C.ClosedJaxpr:
+  j = branch.jaxpr
+  used = set(carried_out) | set(other_out)
+  # Only the equations the loop's outputs need (the rest went to the side `cond`);
+  # dce_jaxpr keeps the variables, so the branch's own invars and outvars index them.
+  eqns = C.dce_jaxpr(j, [o in used for o in range(len(j.outvars))],
+                     instantiate=True)[0].eqns
+  flag = C.new_var(C.ShapedArray((), np.dtype(np.int32)))
+  dummies = [C.new_var(j.outvars[o].aval) for o in other_out]
+  invars = [j.invars[i] for i in const_ops] + [flag] + [
+      j.invars[i] for i in carried_in] + dummies
+  zero = C.Literal(np.int32(0), C.ShapedArray((), np.dtype(np.int32)))
+  outvars = [zero] + [j.outvars[o] for o in carried_out] + [
+      j.outvars[o] for o in other_out]
+  body = C.Jaxpr(j.constvars, invars, outvars, eqns, j.effects,
+                 C.loose_debug_info(j.debug_info))
+  return C.ClosedJaxpr(body, branch.consts)
+
+
+# --------------------------------------------------------------------------- registry
+
+register(C.cond_p, analyze=_cond_rule, rewrite=_cond_rewrite, bindings=_cond_bindings)

@@ -1,0 +1,255 @@
+"""Loops: `while` (and `fori_loop` with dynamic bounds) and `scan` (and static
+`fori_loop`).
+
+A loop owns its carry buffers: every sizeable carry is a buffer inside the body,
+donated or not, and a copy there runs every iteration. The body is analysed as in a
+loop (no read-modify-write splits); a carry is updated in place when the body's last
+version of it is what the body returns for that carry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import _compat as C
+from .. import _traits
+from .._plan import Conflict, EqnInfo, FindingKind, InplaceUse
+from . import _build
+from ._registry import is_big, normalised_float, register
+
+
+def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
+  out = []
+  for j in range(n_carry):
+    i = first_carry + j
+    if is_version[i] and plan.flows[i] != j:
+      out.append(Conflict(
+          FindingKind.NOT_IN_PLACE_CARRY,
+          f"loop carry {j} ({eqn.invars[i].aval.str_short()}) is not updated in "
+          "place by the loop body: its last version is not what the body returns "
+          "for that carry, so XLA copies it every iteration",
+          update=C.source_summary(eqn)))
+  return tuple(out)
+
+
+def _while_rule(eqn, is_version, ctx):
+  cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+  carry = [c or is_big(v.aval) for c, v in zip(is_version[cn + bn:],
+                                                eqn.invars[cn + bn:], strict=True)]
+  body = eqn.params["body_jaxpr"].jaxpr
+  mask = [False] * bn + carry
+  plan = ctx.analyze(body, mask, True, ctx.manual)
+  uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
+               if is_version[cn + bn + j] and plan.flows[bn + j] == j)
+  return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
+                 conflicts=_carry_conflicts(eqn, plan, bn, len(carry), mask))
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryBarrier:
+  """Rewrite action: pass these invars of an unrolled scan's body through one
+  barrier at the start of the body (see `_unrolled_entry_barrier`)."""
+  positions: tuple[int, ...]
+  stat = "barriers"
+
+
+def _scan_rule(eqn, is_version, ctx):
+  nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
+  body = eqn.params["jaxpr"].jaxpr
+  carry = [c or is_big(v.aval) for c, v in zip(is_version[nc:nc + nk],
+                                                eqn.invars[nc:nc + nk], strict=True)]
+  mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
+  # XLA unrolls a loop of one trip into straight-line code.
+  in_loop = ctx.in_loop or eqn.params["length"] > 1
+  plan = ctx.analyze(body, mask, in_loop, ctx.manual)
+  uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
+               if is_version[nc + j] and plan.flows[nc + j] == j)
+  entry = _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask)
+  return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),),
+                 action=EntryBarrier(entry) if entry else None,
+                 conflicts=_carry_conflicts(eqn, plan, nc, nk, mask))
+
+
+def _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask) -> tuple[int, ...]:
+  """Carries of an unrolled scan body to tie at the start of the body.
+
+  With `unroll=k` JAX lays k copies of the body side by side in one XLA loop body,
+  so one step's update of a carried buffer meets the next step's reads of it in
+  straight-line code, where XLA fuses the update into the reads' fusion and then
+  copies the whole buffer to do the update in place (jax.jit too: 2 MB per step
+  for f32[2048,256]). A barrier on the carry at the start of each step keeps the
+  steps apart. Only carries updated in place by a dynamic-update-slice or scatter,
+  as the body's last step, and read in the body besides; not 16-bit floats (XLA
+  computes those in f32 across fused steps, so a barrier could round)."""
+  unroll = eqn.params.get("unroll", 1)
+  length = eqn.params["length"]
+  if unroll is False or unroll == 1 or length <= 1:
+    return ()
+  producer = {v: e for e in body.eqns for v in e.outvars}
+  out = []
+  for j in range(nk):
+    i = nc + j
+    invar, outvar = body.invars[i], body.outvars[j]
+    last = producer.get(outvar) if not C.is_literal(outvar) else None
+    if (mask[i] and plan.flows[i] == j and last is not None
+        and last.primitive in _traits.UPDATE_PRIMITIVES
+        and not normalised_float(invar.aval) and _reads_version_chain(body, invar)):
+      out.append(i)
+  return tuple(out)
+
+
+def _reads_version_chain(jaxpr, invar) -> bool:
+  """Whether `invar`, or a version an update made of it, is used other than as the
+  operand an update writes into."""
+  versions = {invar}
+  for e in jaxpr.eqns:
+    for k, v in enumerate(e.invars):
+      if C.is_literal(v) or v not in versions:
+        continue
+      if e.primitive in _traits.UPDATE_PRIMITIVES and k == 0:
+        versions.add(e.outvars[0])
+      else:
+        return True
+  return False
+
+
+def _scan_rewrite(eqn, info, invars, params):
+  if isinstance(info.action, EntryBarrier):
+    params = dict(params, jaxpr=_with_entry_barrier(params["jaxpr"],
+                                                    info.action.positions, eqn))
+  return [eqn.replace(invars=invars, params=params)]
+
+
+def _with_entry_barrier(closed, positions, like):
+  """`closed` with its invars at `positions` passed through one barrier first; the
+  barrier binds the old invars, so the body's equations stay as they are."""
+  j = closed.jaxpr
+  fresh = {i: C.new_var(j.invars[i].aval) for i in positions}
+  b_eqn = C.new_jaxpr_eqn([fresh[i] for i in positions], [j.invars[i] for i in positions],
+                          C.optimization_barrier_p, {}, C.no_effects, like.source_info,
+                          like.ctx)
+  invars = [fresh.get(i, v) for i, v in enumerate(j.invars)]
+  body = C.Jaxpr(j.constvars, invars, j.outvars, [b_eqn, *j.eqns], j.effects,
+                 j.debug_info)
+  return C.ClosedJaxpr(body, closed.consts)
+
+
+# --------------------------------------------------------------------------- bindings
+
+
+def _while_bindings(eqn, pos):
+  cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+  cond, body = eqn.params["cond_jaxpr"].jaxpr, eqn.params["body_jaxpr"].jaxpr
+  if pos < cn:
+    return [(cond, pos)]
+  if pos < cn + bn:
+    return [(body, pos - cn)]
+  j = pos - cn - bn
+  return [(body, bn + j), (cond, cn + j)]
+
+
+def _scan_bindings(eqn, pos):
+  return [(eqn.params["jaxpr"].jaxpr, pos)]
+
+
+def _while_carries(eqn):
+  n = eqn.params["cond_nconsts"] + eqn.params["body_nconsts"]
+  return [(n + j, j) for j in range(len(eqn.outvars))]
+
+
+def _scan_carries(eqn):
+  nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
+  return [(nc + j, j) for j in range(nk)]
+
+
+# --------------------------------------------------------------------------- scanned buffers
+
+
+def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
+                         ) -> C.JaxprEqn:
+  """The `scan` with its scanned-over operands `xs[k]` turned into carried buffers
+  whose row t the body reads and then writes back as `ys[j]`, for each `(k, j)`.
+
+  JAX's `scan` reads `xs` row by row and builds each `ys` as a new stacked array;
+  when `ys[j]` is the updated `xs[k]` (a KV cache stacked over layers, scanned over
+  the layers), XLA cannot reuse `xs[k]`'s buffer for `ys[j]` and copies the whole
+  stack on entry, and each row per step. Carried, the stack is updated in place:
+  row t is read with `dynamic_slice` and written back with `dynamic_update_slice`
+  (rows counted down for `reverse`), the body's own equations unchanged: the
+  values are the same, moved rather than computed.
+  """
+  p = eqn.params
+  nc, nk = p["num_consts"], p["num_carry"]
+  body = p["jaxpr"].jaxpr
+  n_xs, n_ys = len(eqn.invars) - nc - nk, len(eqn.outvars) - nk
+  moved_k, moved_j = [k for k, _ in pairs], [j for _, j in pairs]
+  rest_k = [k for k in range(n_xs) if k not in moved_k]
+  rest_j = [j for j in range(n_ys) if j not in moved_j]
+  int32 = C.ShapedArray((), np.dtype(np.int32))
+  count = C.new_var(int32)
+  bufs = [C.new_var(eqn.invars[nc + nk + k].aval) for k in moved_k]
+  eqns, new_bufs, count_next = _carried_xs_body(eqn, body, moved_k, moved_j, bufs,
+                                                count)
+  invars = (list(body.invars[:nc + nk]) + bufs + [count]
+            + [body.invars[nc + nk + k] for k in rest_k])
+  outvars = (list(body.outvars[:nk]) + new_bufs + [count_next]
+             + [body.outvars[nk + j] for j in rest_j])
+  new_body = C.Jaxpr(body.constvars, invars, outvars, eqns, body.effects,
+                     C.loose_debug_info(body.debug_info))
+  params = dict(p, num_carry=nk + len(pairs) + 1,
+                jaxpr=C.ClosedJaxpr(new_body, p["jaxpr"].consts))
+  if "linear" in p:
+    lin = tuple(p["linear"])
+    params["linear"] = (lin[:nc + nk] + (False,) * (len(pairs) + 1)
+                        + tuple(lin[nc + nk + k] for k in rest_k))
+  zero = C.Literal(np.int32(0), int32)
+  new_invars = (list(eqn.invars[:nc + nk])
+                + [eqn.invars[nc + nk + k] for k in moved_k] + [zero]
+                + [eqn.invars[nc + nk + k] for k in rest_k])
+  new_outvars = (list(eqn.outvars[:nk]) + [eqn.outvars[nk + j] for j in moved_j]
+                 + [C.new_var(int32)] + [eqn.outvars[nk + j] for j in rest_j])
+  return eqn.replace(invars=new_invars, outvars=new_outvars, params=params)
+
+
+def _carried_xs_body(eqn, body, moved_k, moved_j, bufs, count):
+  """The body's equations with row reads of the carried stacks before them and row
+  writes after them, and the step counter advanced."""
+  from jax import lax
+  nc, nk, length = eqn.params["num_consts"], eqn.params["num_carry"], eqn.params["length"]
+  eqns: list[C.JaxprEqn] = []
+  if eqn.params["reverse"]:
+    idx_eqns, (row,) = _build.trace_eqns(lambda c: np.int32(length - 1) - c, [count],
+                                         eqn)
+    eqns += idx_eqns
+  else:
+    row = count
+  for k, buf in zip(moved_k, bufs, strict=True):
+    read, (got,) = _build.trace_eqns(
+        lambda b, i: lax.squeeze(lax.dynamic_slice_in_dim(b, i, 1, 0), (0,)),
+        [buf, row], eqn)
+    # Bind the body's own input variable, so its equations need no renaming.
+    target = body.invars[nc + nk + k]
+    read[-1] = read[-1].replace(outvars=[target if v is got else v
+                                         for v in read[-1].outvars])
+    eqns += read
+  eqns += body.eqns
+  new_bufs = []
+  for j, buf in zip(moved_j, bufs, strict=True):
+    write, (new,) = _build.trace_eqns(
+        lambda b, y, i: lax.dynamic_update_slice_in_dim(b, y[None], i, 0),
+        [buf, body.outvars[nk + j], row], eqn)
+    eqns += write
+    new_bufs.append(new)
+  step, (count_next,) = _build.trace_eqns(lambda c: c + np.int32(1), [count], eqn)
+  return eqns + step, new_bufs, count_next
+
+
+# --------------------------------------------------------------------------- registry
+
+register(C.while_p, analyze=_while_rule, bindings=_while_bindings,
+         carries=_while_carries)
+register(C.scan_p, analyze=_scan_rule, rewrite=_scan_rewrite, bindings=_scan_bindings,
+         carries=_scan_carries)
