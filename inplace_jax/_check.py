@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from . import _buffers
 from . import _compat
 from . import _hlo
 from ._report import CopyInfo, CopyReport, DonationInfo, format_copy, human_bytes
@@ -146,8 +147,9 @@ def check_compiled(compiled: jax.stages.Compiled) -> CopyReport:
   verified = inspection is not None and inspection.verified
   if not verified and not problems:  # never unverified without saying why
     problems.append("the HLO text held no module")
+  donated = [d.parameter for d in donations if d.donated and d.parameter is not None]
   return CopyReport(
-      copies=inspection.copies if inspection else (),
+      copies=_classified(inspection, donated),
       donations=donations,
       temp_size_in_bytes=temp,
       alias_size_in_bytes=alias,
@@ -165,10 +167,25 @@ def report_from_text(text: str, backend: str = "unknown") -> CopyReport:
   """A `CopyReport` (without donations or memory) of saved HLO text, e.g. from a GPU run."""
   inspection = _hlo.inspect_hlo(text)
   return CopyReport(
-      copies=inspection.copies, donations=(), temp_size_in_bytes=None,
+      copies=_classified(inspection, None), donations=(), temp_size_in_bytes=None,
       alias_size_in_bytes=None, backend=backend, jax_version=_compat.JAX_VERSION,
       jaxlib_version=_compat.JAXLIB_VERSION, verified=inspection.verified,
       problems=inspection.problems, modules=tuple(m.name for m in inspection.modules))
+
+
+def _classified(inspection, donated) -> tuple[CopyInfo, ...]:
+  """The copies, each with its category (`_buffers.classify`). `donated`: the donated
+  entry parameters; None takes the aliased ones from the module header."""
+  if inspection is None:
+    return ()
+  copies = inspection.copies
+  for module in inspection.modules:
+    params = donated if donated is not None else [a.parameter for a in module.aliases]
+    try:
+      copies = _buffers.classify(module, copies, params)
+    except Exception:  # noqa: BLE001 - categories are a refinement; keep the copies
+      pass
+  return copies
 
 
 def _partitions(inspection) -> int:

@@ -10,6 +10,7 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -197,12 +198,12 @@ def jit_cache_size(jitted: Any) -> int:
 # so the order they express is lost and copies come back (FINDINGS.md). Keeping the
 # pass disabled lets barriers reach copy insertion. On GPU the expander runs after
 # scheduling, so nothing is needed.
-_BARRIER_EXPANDER_PASS = "cse_barrier_expander"
+BARRIER_EXPANDER_PASS = "cse_barrier_expander"
 
 
 def backend_compiler_options(platform: str) -> dict[str, Any]:
   if platform == "cpu":
-    return {"xla_disable_hlo_passes": _BARRIER_EXPANDER_PASS}
+    return {"xla_disable_hlo_passes": BARRIER_EXPANDER_PASS}
   return {}
 
 
@@ -331,3 +332,128 @@ def predicted_aliases(jaxpr, donated) -> list[int | None]:
     if q:
       aliases[q.popleft()] = o
   return aliases
+
+
+# --------------------------------------------------------------------------- jit dispatch
+# `inplace_jax.jit` decides per signature which program runs, then hands the compiled
+# executable to jax.jit's C++ dispatch, so that warm calls cost what jax.jit's do. It
+# builds its dispatcher the way `pjit._cpp_pjit` does, with its own cache-miss
+# handler, and runs the chosen parameters through jax.jit's own Python path
+# (`_run_python_pjit`), which lowers and compiles through jax's caches: a program
+# compiled for inspection (`traced(...).lower().compile()`) is the one that runs.
+
+from jax._src import pjit as _pjit  # noqa: E402
+from jax._src import stages as _stages  # noqa: E402
+from jax._src import traceback_util as _traceback_util  # noqa: E402
+from jax._src import tree_util as _tree_util  # noqa: E402
+from jax._src.interpreters import pxla as _pxla  # noqa: E402
+from jax._src.lib import _jax as _jax_ext  # noqa: E402
+
+
+def jit_info(jitted: Any) -> Any:
+  """The parsed arguments (`PjitInfo`) of a `jax.jit` object."""
+  return jitted._jit_info
+
+
+def jit_compiler_options(info: Any) -> tuple[tuple[str, Any], ...]:
+  return tuple(info.compiler_options_kvs)
+
+
+def cpp_dispatch(name: str, fun: Callable, cache_miss: Callable, info: Any) -> Any:
+  """A jax.jit C++ dispatcher over `fun` whose cache misses call `cache_miss(*args,
+  **kwargs) -> (outputs, fastpath_data, rebuild)`; `fun` keys its cache entries (it
+  must be unique to the caller and stay alive with it) and runs under
+  `jax.disable_jit()`."""
+  key = _pxla.JitGlobalCppCacheKeys(
+      donate_argnums=info.donate_argnums, donate_argnames=info.donate_argnames,
+      device=info.device, backend=info.backend,
+      in_shardings_treedef=info.in_shardings_treedef,
+      in_shardings_leaves=info.in_shardings_leaves,
+      out_shardings_treedef=info.out_shardings_treedef,
+      out_shardings_leaves=info.out_shardings_leaves,
+      in_layouts_treedef=info.in_layouts_treedef,
+      in_layouts_leaves=info.in_layouts_leaves,
+      out_layouts_treedef=info.out_layouts_treedef,
+      out_layouts_leaves=info.out_layouts_leaves,
+      compiler_options_kvs=info.compiler_options_kvs)
+  cache = _pjit._get_cpp_global_cache(key.contains_explicit_attributes)
+  return _jax_ext.pjit(name, fun, cache_miss, info.static_argnums,
+                       info.static_argnames, key, _tree_util.dispatch_registry,
+                       _pxla.cc_shard_arg, cache)
+
+
+def clear_dispatch(dispatch: Any, fun: Callable) -> None:
+  """What `jax.jit(...).clear_cache()` does, for a dispatcher from `cpp_dispatch`."""
+  dispatch._clear_cache()
+  _pe.trace_to_jaxpr.evict_weakref(fun)
+  _pjit._infer_params_cached.cache_clear()
+
+
+def infer_params(fun: Callable, info: Any, args: tuple, kwargs: dict):
+  """JAX's trace of `fun` for these arguments (cached by JAX per signature): the jit
+  parameters (`params['jaxpr']`, `params['donated_invars']`, ...) and the flat
+  dynamic arguments."""
+  return _pjit._infer_params(fun, info, args, kwargs)
+
+
+def params_jaxpr(p: Any) -> Any:
+  return p.params["jaxpr"]
+
+
+def params_donated(p: Any) -> tuple[bool, ...]:
+  return tuple(p.params["donated_invars"])
+
+
+def with_params(p: Any, **changes) -> Any:
+  """`p` with some of its jit parameters replaced (`jaxpr`, `compiler_options_kvs`)."""
+  return p._replace(params=dict(p.params, **changes))
+
+
+def traced(p: Any, args_flat) -> Any:
+  """The `jax.stages.Traced` of parameters `p` for these flat arguments."""
+  arg_types = [_pjit.convert_to_metaty(a) for a in args_flat]
+  return _stages.Traced(arg_types, p.params, p.in_tree, p.out_tree, p.consts)
+
+
+def run_params(p: Any, args_flat, fun: Callable, args: tuple, kwargs: dict):
+  """Runs (at top level) or binds (under a trace) parameters `p`, as jax.jit's cache
+  miss does; returns the outputs and the C++ fast-path data (None under a trace)."""
+  (outs, out_flat, out_tree, args_flat, jaxpr, executable, profiler,
+   const_args) = _pjit._run_python_pjit(p, args_flat, fun, args, kwargs)
+  fastpath = _pjit._get_fastpath_data(executable, out_tree, args_flat, out_flat,
+                                      jaxpr.effects, jaxpr.consts, profiler,
+                                      const_args)
+  return outs, fastpath
+
+
+def trace_state_clean() -> bool:
+  """Whether no transformation is tracing (a call at top level)."""
+  return _core.trace_state_clean()
+
+
+def outer_jit_options() -> tuple[tuple[str, Any], ...] | None:
+  """The compiler options of the outermost `jax.jit` being traced right now (read
+  from the frame of its `_trace_for_jit`), or None when no jit is being traced (a
+  call under `jax.grad` or `jax.vmap` outside any jit, which JAX compiles as a jit
+  of its own, without options)."""
+  import sys
+  code = _pjit._trace_for_jit.__code__
+  frame = sys._getframe(1)
+  found = None
+  while frame is not None:
+    if frame.f_code is code:
+      info = frame.f_locals.get("ji")
+      found = tuple(getattr(info, "compiler_options_kvs", ()) or ())
+    frame = frame.f_back
+  return found
+
+
+def api_boundary(fn: Callable) -> Callable:
+  """`fn` as an entry point of JAX's: its tracebacks are filtered as jax.jit's are."""
+  return _traceback_util.api_boundary(fn)
+
+
+def hide_frames(path: str) -> None:
+  """Hides the frames of files under `path` from user tracebacks, as JAX hides its
+  own (and Equinox its)."""
+  _traceback_util.register_exclusion(path)

@@ -1,27 +1,39 @@
-"""`inplace_jax.jit`: `jax.jit` with sequencing, the right compile options, and a check.
+"""`inplace_jax.jit`: `jax.jit` whose donated buffers are updated in place, verified.
 
-Tracing runs the user function once per signature, as `jax.jit` does; the jaxpr is
-sequenced (`_transform.sequence_jaxpr`) and evaluated into the trace, so what XLA
-compiles is the sequenced program. Compilation uses the backend options that keep
-barriers alive (`_compat.backend_compiler_options`) merged with the user's. After
-the first call of each new signature, the compiled HLO is inspected once (a
-cached lower+compile, no recompilation) and copies at or above `min_bytes` are
-warned about or raised, with their source lines. A warm call goes straight to
-`jax.jit`'s C++ dispatch: no Python-side analysis per call.
+Each signature (one entry of jax.jit's cache: argument types, static values) decides
+once, on its first call or `.lower()`, which program runs:
 
-Conflicts the analysis finds at trace time (a read that needs the old and the new
-value at once, two live updates of one buffer) are reported before anything runs.
+1. JAX traces the function (its own trace, cached as for `jax.jit`).
+2. Plain `jax.jit`'s program is compiled and inspected. If it copies no buffer the
+   user asked to update in place, it runs: exactly jax.jit's program, nothing paid.
+3. Otherwise the transform sequences the jaxpr (`sequence_jaxpr`) and the sequenced
+   program is compiled with the options that keep barriers alive on CPU. The program
+   that copies fewer buffer bytes runs, never one that copies more bytes in all
+   than jax.jit's; on a tie, jax.jit's.
+
+The decision, its `CopyReport` and its `Plan` belong to that signature
+(`InplaceJitted.signatures`). The chosen executable is handed to jax.jit's C++
+dispatch, so warm calls run no Python at all: the object's `__call__` is the
+dispatcher itself.
+
+Called under another transformation (an outer `jax.jit`, `jax.grad`, `jax.vmap`, a
+`lax.scan` body, `jax.checkpoint`, `shard_map`), it behaves as a nested `jax.jit`:
+the sequenced program is bound as a nested jit into the outer trace. The outermost
+compilation decides whether the barriers survive: inside `inplace_jax.jit`, or a
+`jax.jit` given `inplace_jax.compiler_options()`, they do; elsewhere on CPU they are
+erased, which changes no value, and an `InplaceNestingWarning` says so once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
-import re
+import os
+import sys
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax
 
@@ -29,19 +41,26 @@ from . import _compat as C
 from . import _plan
 from ._check import CopiesFoundError, check_compiled
 from ._report import CopyReport, Finding
-from ._transform import run_traced, trace_and_sequence
+from ._transform import sequence_jaxpr
 
+OnCopy = Literal["warn", "raise", "ignore"]
 ON_COPY = ("warn", "raise", "ignore")
+Program = Literal["jax.jit", "sequenced"]
 
-_DEFINITE = _plan.DEFINITE
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
 class InplaceCopyWarning(UserWarning):
-  """A copy of a buffer remains in a function compiled by `inplace_jax.jit`."""
+  """A copy of a buffer the user asked to update in place remains."""
 
 
 class InplaceDonationWarning(UserWarning):
   """A donated argument's buffer is not reused by any output (donation wasted)."""
+
+
+class InplaceNestingWarning(UserWarning):
+  """An inplace_jax function runs inside a compilation that erases its barriers."""
 
 
 class ConflictError(AssertionError):
@@ -56,7 +75,7 @@ def compiler_options(backend: str | None = None) -> dict[str, Any]:
   """The XLA options `inplace_jax.jit` adds so that barriers reach copy insertion.
 
   Pass them to your own `jax.jit(..., compiler_options=...)` when you use
-  `inplace_jax.sequence` inside it.
+  `inplace_jax.sequence`, or call an `inplace_jax.jit` function, inside it.
 
   Examples:
     >>> import inplace_jax
@@ -71,11 +90,51 @@ def findings_from(conflicts: Sequence[_plan.Conflict]) -> tuple[Finding, ...]:
                for c in conflicts)
 
 
+def barriers_kept(platform: str, options: Sequence[tuple[str, Any]] | None) -> bool:
+  """Whether a compilation with these options keeps optimization barriers."""
+  if not C.backend_erases_barriers(platform):
+    return True
+  passes = dict(options or ()).get("xla_disable_hlo_passes", "")
+  return C.BARRIER_EXPANDER_PASS in str(passes).split(",")
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One compiled program considered for a signature."""
+  program: Program
+  jaxpr: Any
+  options: tuple[tuple[str, Any], ...]
+  report: CopyReport
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """What one signature runs, and why.
+
+  Attributes:
+    program: `"jax.jit"` (plain jax.jit's program) or `"sequenced"`.
+    report: the `CopyReport` of the program that runs.
+    plan: the sequencing plan (None when jax.jit's program copied no buffer and
+      nothing was analysed).
+    candidates: every program compiled to decide, in order.
+    reason: one sentence on why this program runs.
+  """
+  program: Program
+  report: CopyReport
+  plan: _plan.Plan | None
+  candidates: tuple[Candidate, ...]
+  reason: str
+
+  @property
+  def chosen(self) -> Candidate:
+    return next(c for c in self.candidates if c.program == self.program)
+
+
 class InplaceJitted:
   """A function compiled by `inplace_jax.jit`. Call it like a `jax.jit` function."""
 
   def __init__(self, fun: Callable, *, donate_argnums=None, donate_argnames=None,
-               static_argnums=None, static_argnames=None, on_copy: str = "warn",
+               static_argnums=None, static_argnames=None, on_copy: OnCopy = "warn",
                min_bytes: int = 1024, compiler_options=None, **jit_kwargs):
     if on_copy not in ON_COPY:
       raise ValueError(f"on_copy must be one of {ON_COPY}, got {on_copy!r}")
@@ -83,112 +142,126 @@ class InplaceJitted:
       raise TypeError(f"inplace_jax.jit expects a callable, got {type(fun).__name__}")
     if int(min_bytes) < 0:
       raise ValueError(f"min_bytes must be >= 0, got {min_bytes}")
-    nums, names, s_nums, s_names = C.resolve_argnums(
-        fun, donate_argnums, donate_argnames, static_argnums, static_argnames)
     _check_duplicates(donate_argnums, "donate_argnums")
     _check_duplicates(donate_argnames, "donate_argnames")
     self._fun = fun
-    self._donate = (frozenset(nums), frozenset(names))
-    self._static = (frozenset(s_nums), frozenset(s_names))
     self.on_copy = on_copy
     self.min_bytes = int(min_bytes)
-    platform = jit_kwargs.get("backend") or jax.default_backend()
+    self._platform = jit_kwargs.get("backend") or jax.default_backend()
+    self._user_options = tuple((compiler_options or {}).items())
     self._compiler_options = C.merge_compiler_options(
-        C.backend_compiler_options(platform), compiler_options)
+        C.backend_compiler_options(self._platform), compiler_options)
+    self._our_options = tuple(self._compiler_options.items())
     # Where jax.jit erases every barrier before fusion, so do we for the barriers
     # we did not add (jax.checkpoint's), to compile what jax.jit compiles.
-    self._erase_remat = C.backend_erases_barriers(platform)
-    self._trace_cache: dict = {}
-    self._last = None          # the last traced record (plan and donated leaves)
-    self._pending = False      # a trace happened: verify after the next call
-    self.reports: list[CopyReport] = []
-
-    @functools.wraps(fun)
-    def traced(*args, **kwargs):
-      return self._traced(args, kwargs)
-
-    self._jitted = jax.jit(traced, donate_argnums=nums, donate_argnames=names,
-                           static_argnums=s_nums, static_argnames=s_names,
-                           compiler_options=self._compiler_options, **jit_kwargs)
-    # Plain jax.jit of the same function, with the user's own options: the fallback
-    # when the sequenced program turns out to copy more (see `_verify`).
-    self._plain = jax.jit(fun, donate_argnums=nums, donate_argnames=names,
-                          static_argnums=s_nums, static_argnames=s_names,
-                          compiler_options=compiler_options, **jit_kwargs)
-    self.fell_back: str | None = None
+    self._erase_remat = C.backend_erases_barriers(self._platform)
+    # jax.jit parses and validates the arguments, with its own errors.
+    jitted = jax.jit(fun, donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                     static_argnums=static_argnums, static_argnames=static_argnames,
+                     compiler_options=self._compiler_options, **jit_kwargs)
+    self._info = C.jit_info(jitted)
+    # Unique to this object: it keys the dispatcher's cache entries, and runs the
+    # function under `jax.disable_jit()`.
+    self._key = functools.wraps(fun)(lambda *a, **k: fun(*a, **k))
+    self._dispatch = C.cpp_dispatch(getattr(fun, "__name__", "fun"), self._key,
+                                    C.api_boundary(self._cache_miss), self._info)
+    self._signatures: dict[int, tuple[Any, Signature]] = {}
+    self._nested: dict[int, tuple[Any, Any]] = {}
+    self._order: list[Signature] = []
+    self._warned_nesting = False
     functools.update_wrapper(self, fun)
+    # Calls go straight to the C++ dispatcher: a class of this object's own whose
+    # `__call__` is the dispatcher (no Python frame in between).
+    self.__class__ = type(type(self).__name__, (type(self),),
+                          {"__call__": staticmethod(self._dispatch),
+                           "__module__": type(self).__module__})
 
-  # ------------------------------------------------------------------ tracing
+  def __call__(self, *args, **kwargs):   # replaced per object in __init__
+    return self._dispatch(*args, **kwargs)
 
-  def _is_static(self, key) -> bool:
-    nums, names = self._static
-    return key in nums if isinstance(key, int) else key in names
+  # ------------------------------------------------------------------ dispatch
 
-  def _is_donated(self, key) -> bool:
-    nums, names = self._donate
-    return key in nums if isinstance(key, int) else key in names
-
-  def _traced(self, args: tuple, kwargs: dict):
-    rec, flat = trace_and_sequence(self._fun, args, kwargs, self._is_donated,
-                                   self._trace_cache, static=self._is_static,
-                                   erase_remat_barriers=self._erase_remat)
-    self._last = rec
-    self._pending = True
-    conflicts = rec.plan.all_conflicts()
-    definite = [c for c in conflicts if c.kind in _DEFINITE
-                and (c.nbytes is None or c.nbytes >= self.min_bytes)]
-    if definite and self.on_copy == "raise":
-      raise ConflictError(_conflict_message(self.__name__, definite), definite)
+  def _cache_miss(self, *args, **kwargs):
+    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+    if not C.trace_state_clean():
+      outs, _ = C.run_params(self._nested_params(p), args_flat, self._fun, args, kwargs)
+      return outs, None, False
+    sig = self._signature(p, args_flat)
     if self.on_copy == "raise":
-      self._precheck(rec, flat, args, kwargs)
-    return run_traced(rec, flat)
+      self._raise_if_copies(sig)
+    q = C.with_params(p, jaxpr=sig.chosen.jaxpr, compiler_options_kvs=sig.chosen.options)
+    outs, fastpath = C.run_params(q, args_flat, self._fun, args, kwargs)
+    return outs, fastpath, False
 
-  def _precheck(self, rec, flat, args, kwargs) -> None:
-    """Under on_copy="raise": compile the sequenced program on its own, before the
-    real call runs and consumes donated buffers, and raise if copies remain.
+  def _nested_params(self, p):
+    """Under another trace: the sequenced program, bound as a nested jit (compiler
+    options are for top-level jits only)."""
+    jaxpr = C.params_jaxpr(p)
+    hit = self._nested.get(id(jaxpr))
+    if hit is None or hit[0]() is not jaxpr:
+      new, _ = sequence_jaxpr(jaxpr, C.params_donated(p), boundary=False,
+                              erase_remat_barriers=self._erase_remat)
+      self._nested[id(jaxpr)] = (weakref.ref(jaxpr), new)
+      hit = self._nested[id(jaxpr)]
+    self._warn_if_erased()
+    return C.with_params(p, jaxpr=hit[1], compiler_options_kvs=())
 
-    This costs a second compilation of each new signature, in raise mode only.
-    """
-    avals = [jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
-             for x in flat]
-    donate = tuple(i for i, d in enumerate(rec.donated) if d)
-
-    def program(*leaves):
-      return C.eval_jaxpr(rec.closed.jaxpr, rec.closed.consts, *leaves)
-
-    compiled = jax.jit(program, donate_argnums=donate,
-                       compiler_options=self._compiler_options).lower(
-                           *avals).compile()
-    report = check_compiled(compiled).with_findings(
-        findings_from(rec.plan.all_conflicts()))
-    report = _rename_parameters(report, args, kwargs, self._is_static,
-                                self._fun)
-    copies = report.copies_over(self.min_bytes)
-    if copies or not report.verified:
-      raise CopiesFoundError(_copy_message(self.__name__, report, self.min_bytes),
-                             report=report, copies=copies)
-
-  # ------------------------------------------------------------------ calling
-
-  def __call__(self, *args, **kwargs):
-    # Forwarding an empty **kwargs costs jax.jit's C++ dispatch about 0.7 us.
-    out = self._jitted(*args, **kwargs) if kwargs else self._jitted(*args)
-    if self._pending:
-      self._pending = False
-      self._verify(args, kwargs)
-    return out
-
-  def _verify(self, args, kwargs) -> None:
-    report = self._report(args, kwargs)
-    # Copies under min_bytes (loop counters, scalars) are not worth a second
-    # compilation; anything larger is compared with plain jax.jit's program.
-    if (report.copies_over(self.min_bytes) and report.verified
-        and self.on_copy != "raise"):
-      report = self._maybe_fall_back(report, args, kwargs)
-    self.reports.append(report)
-    if self.on_copy == "ignore":
+  def _warn_if_erased(self) -> None:
+    if self._warned_nesting or barriers_kept(self._platform, C.outer_jit_options()):
       return
+    self._warned_nesting = True
+    warnings.warn(
+        f"inplace_jax.jit({self.__name__}) is called inside a transformation whose "
+        f"compilation erases optimization barriers on {self._platform} (plain "
+        "jax.jit, or jax.grad/jax.vmap outside any jit): the values are right, but "
+        "copies it would remove may remain. Decorate the outer function with "
+        "inplace_jax.jit, or pass compiler_options=inplace_jax.compiler_options() "
+        "to the outer jax.jit.", InplaceNestingWarning, stacklevel=_user_stacklevel())
+
+  # ------------------------------------------------------------------ signatures
+
+  def _signature(self, p, args_flat) -> Signature:
+    jaxpr = C.params_jaxpr(p)
+    hit = self._signatures.get(id(jaxpr))
+    if hit is not None and hit[0]() is jaxpr:
+      return hit[1]
+    sig = self._decide(p, args_flat)
+    self._signatures[id(jaxpr)] = (weakref.ref(jaxpr), sig)
+    self._order.append(sig)
+    if self.on_copy == "warn":
+      self._warn(sig)
+    return sig
+
+  def _compile(self, p, args_flat, program: Program, jaxpr, options) -> Candidate:
+    q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=options)
+    compiled = C.traced(q, args_flat).lower().compile()
+    return Candidate(program, jaxpr, tuple(options), check_compiled(compiled))
+
+  def _decide(self, p, args_flat) -> Signature:
+    plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
+    if plain.report.verified and not plain.report.buffer_copies(self.min_bytes):
+      return self._made(plain, None, (plain,), "jax.jit's program copies no buffer")
+    new, plan = sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p),
+                               erase_remat_barriers=self._erase_remat)
+    if not plan.changed and self._our_options == self._user_options:
+      return self._made(plain, plan, (plain,), "there is nothing to sequence")
+    seq = self._compile(p, args_flat, "sequenced", new, self._our_options)
+    best, why = _better(plain, seq, self.min_bytes)
+    return self._made(best, plan, (plain, seq), why)
+
+  def _made(self, chosen: Candidate, plan, candidates, reason: str) -> Signature:
+    report = chosen.report
+    if plan is not None and report.buffer_copies(self.min_bytes):
+      report = report.with_findings(findings_from(plan.all_conflicts()))
+    report = dataclasses.replace(report, program=chosen.program, decision=reason)
+    return Signature(chosen.program, report, plan, tuple(candidates), reason)
+
+  # ------------------------------------------------------------------ messages
+
+  def _warn(self, sig: Signature) -> None:
+    report = sig.report
     wasted = [d for d in report.wasted_donations() if d.nbytes >= self.min_bytes]
+    level = _user_stacklevel()
     if wasted:
       # JAX says nothing when it prunes an unused donated argument; say it here.
       names = ", ".join(f"{d.argument} ({d.dtype}{list(d.shape)})" for d in wasted)
@@ -196,70 +269,80 @@ class InplaceJitted:
           f"inplace_jax.jit({self.__name__}): donated argument(s) {names} are not "
           "updated in place or returned: no output reuses their buffer, so "
           "donating them gains nothing. Stop donating them, or return the "
-          "updated value.", InplaceDonationWarning, stacklevel=3)
-    copies = report.copies_over(self.min_bytes)
+          "updated value.", InplaceDonationWarning, stacklevel=level)
+    if report.buffer_copies(self.min_bytes) or not report.verified:
+      warnings.warn(_copy_message(self.__name__, report, self.min_bytes),
+                    InplaceCopyWarning, stacklevel=level)
+
+  def _raise_if_copies(self, sig: Signature) -> None:
+    report = sig.report
+    copies = report.buffer_copies(self.min_bytes)
     if not copies and report.verified:
       return
-    message = _copy_message(self.__name__, report, self.min_bytes)
-    if self.on_copy == "raise":
-      raise CopiesFoundError(message, report=report, copies=copies)
-    warnings.warn(message, InplaceCopyWarning, stacklevel=3)
-
-  def _maybe_fall_back(self, report: CopyReport, args, kwargs) -> CopyReport:
-    """Never copy more than plain `jax.jit`: when copies of at least `min_bytes`
-    remain, compile the untransformed program too, and if it copies fewer bytes,
-    use it from now on.
-
-    XLA's fusion and simplification decisions around barriers are not fully
-    predictable; this makes the promise hold on every program, at the cost of one
-    more compilation where copies remain (and none where the rewrite removed them).
-    """
-    plain = check_compiled(self._plain.lower(*args, **kwargs).compile())
-    if not plain.verified or plain.total_copy_bytes >= report.total_copy_bytes:
-      return report
-    self.fell_back = (
-        f"the sequenced program copies {report.total_copy_bytes} bytes and plain "
-        f"jax.jit {plain.total_copy_bytes}: using plain jax.jit for this function")
-    self._jitted = self._plain
-    return plain.with_findings(findings_from(self._last.plan.all_conflicts())
-                               if self._last is not None else ()).with_findings(
-        (Finding(kind="fell_back", message=self.fell_back),))
-
-  def _report(self, args, kwargs, compiler_options=None) -> CopyReport:
-    compiled = self._jitted.lower(*args, **kwargs).compile(
-        compiler_options=compiler_options)
-    report = check_compiled(compiled)
-    if self._last is not None:
-      report = report.with_findings(findings_from(self._last.plan.all_conflicts()))
-    return report
+    definite = [c for c in (sig.plan.all_conflicts() if sig.plan else ())
+                if c.kind in _plan.DEFINITE
+                and (c.nbytes is None or c.nbytes >= self.min_bytes)]
+    if definite:
+      raise ConflictError(_conflict_message(self.__name__, definite), definite)
+    raise CopiesFoundError(_copy_message(self.__name__, report, self.min_bytes),
+                           report=report, copies=copies)
 
   # ------------------------------------------------------------------ jax.jit API
 
-  def lower(self, *args, **kwargs):
-    return self._jitted.lower(*args, **kwargs)
+  def _params(self, args, kwargs):
+    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+    sig = self._signature(p, args_flat)
+    if self.on_copy == "raise":
+      self._raise_if_copies(sig)
+    q = C.with_params(p, jaxpr=sig.chosen.jaxpr, compiler_options_kvs=sig.chosen.options)
+    return q, args_flat, sig
 
   def trace(self, *args, **kwargs):
-    return self._jitted.trace(*args, **kwargs)
+    """`jax.stages.Traced` of the program a call with these arguments runs."""
+    q, args_flat, _ = self._params(args, kwargs)
+    return C.traced(q, args_flat)
+
+  def lower(self, *args, **kwargs):
+    """`jax.stages.Lowered` of the program a call with these arguments runs."""
+    return self.trace(*args, **kwargs).lower()
 
   def eval_shape(self, *args, **kwargs):
-    return self._jitted.eval_shape(*args, **kwargs)
+    """The output shapes and dtypes of a call (nothing is compiled)."""
+    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+    return C.traced(p, args_flat).out_info
 
   def clear_cache(self) -> None:
-    self._jitted.clear_cache()
-    self._trace_cache.clear()
+    C.clear_dispatch(self._dispatch, self._key)
+    self._signatures.clear()
+    self._nested.clear()
+
+  @property
+  def signatures(self) -> tuple[Signature, ...]:
+    """What each compiled signature runs, in the order they were first called."""
+    return tuple(self._order)
+
+  @property
+  def reports(self) -> list[CopyReport]:
+    """The `CopyReport` of each compiled signature, in order."""
+    return [s.report for s in self._order]
 
   @property
   def last_report(self) -> CopyReport | None:
-    return self.reports[-1] if self.reports else None
+    return self._order[-1].report if self._order else None
 
   @property
   def plan(self) -> _plan.Plan | None:
-    """The sequencing plan of the most recent trace."""
-    return None if self._last is None else self._last.plan
+    """The sequencing plan of the most recent signature (None if nothing had to be
+    analysed: jax.jit's program copied no buffer)."""
+    return self._order[-1].plan if self._order else None
 
   def _inplace_check(self, *args, compiler_options=None, **kwargs) -> CopyReport:
-    """`inplace_jax.check` on this function: compile (cached) and inspect."""
-    return self._report(args, kwargs, compiler_options)
+    """`inplace_jax.check` on this function: the report of the program it runs."""
+    q, args_flat, sig = self._params(args, kwargs)
+    if not compiler_options:
+      return sig.report
+    compiled = C.traced(q, args_flat).lower().compile(compiler_options=compiler_options)
+    return check_compiled(compiled)
 
   def __get__(self, obj, objtype=None):
     if obj is None:
@@ -270,37 +353,38 @@ class InplaceJitted:
     return f"inplace_jax.jit({getattr(self._fun, '__qualname__', self._fun)!r})"
 
 
-def _rename_parameters(report: CopyReport, args, kwargs, is_static, fun
-                       ) -> CopyReport:
-  """Names `leaves[i]` parameters of a flat program by the user's argument paths."""
-  try:
-    params = [p.name for p in inspect.signature(fun).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  except (TypeError, ValueError):
-    params = []
-  dyn = ([None if is_static(i) else a for i, a in enumerate(args)],
-         {k: (None if is_static(k) else a) for k, a in kwargs.items()})
-  paths = [jax.tree_util.keystr(p) for p, _ in
-           jax.tree_util.tree_flatten_with_path(dyn)[0]]
-  pretty = []
-  for p in paths:   # "[0][1]['k']" -> "args[1]['k']"; "[1]['scale']" -> "scale"
-    m = re.match(r"\[0\]\[(\d+)\](.*)", p) or re.match(r"\[1\]\['([^']+)'\](.*)", p)
-    if m and p.startswith("[0]"):
-      i = int(m.group(1))
-      head = params[i] if i < len(params) else f"args[{i}]"
-      pretty.append(f"{head}{m.group(2)}")
-    else:
-      pretty.append(f"{m.group(1)}{m.group(2)}" if m else p)
+def _better(plain: Candidate, seq: Candidate, min_bytes: int) -> tuple[Candidate, str]:
+  """The candidate to run: the sequenced one only if it copies fewer buffer bytes and
+  no more bytes in all (copies of at least `min_bytes`) than jax.jit's."""
+  pr, sr = plain.report, seq.report
+  if not sr.verified:
+    return plain, "the sequenced program could not be verified"
+  if not pr.verified:
+    return seq, "jax.jit's program could not be verified"
+  pb = sum(c.nbytes for c in pr.buffer_copies(min_bytes))
+  sb = sum(c.nbytes for c in sr.buffer_copies(min_bytes))
+  pt = sum(c.nbytes for c in pr.copies_over(min_bytes))
+  st = sum(c.nbytes for c in sr.copies_over(min_bytes))
+  if sb < pb and st <= pt:
+    return seq, (f"the sequenced program copies {sb:,} buffer bytes where jax.jit's "
+                 f"copies {pb:,}")
+  return plain, (f"the sequenced program would copy {sb:,} buffer bytes ({st:,} in "
+                 f"all) where jax.jit's copies {pb:,} ({pt:,} in all): jax.jit's "
+                 "program runs")
 
-  def rename(name):
-    m = re.fullmatch(r"leaves\[(\d+)\]", name or "")
-    return pretty[int(m.group(1))] if m and int(m.group(1)) < len(pretty) else name
 
-  copies = tuple(dataclasses.replace(c, parameter=rename(c.parameter))
-                 for c in report.copies)
-  donations = tuple(dataclasses.replace(d, argument=rename(d.argument))
-                    for d in report.donations)
-  return dataclasses.replace(report, copies=copies, donations=donations)
+def _user_stacklevel() -> int:
+  """The `stacklevel` that points a warning at the first frame outside inplace_jax
+  and JAX (the user's call)."""
+  frame = sys._getframe(1)
+  level = 1
+  while frame is not None:
+    path = os.path.abspath(frame.f_code.co_filename)
+    if not (path.startswith(_HERE) or path.startswith(_JAX_DIR)):
+      return level
+    frame = frame.f_back
+    level += 1
+  return 1
 
 
 def _check_duplicates(spec, name: str) -> None:
@@ -329,14 +413,16 @@ def _copy_message(name: str, report: CopyReport, min_bytes: int) -> str:
   if not report.verified:
     return (f"inplace_jax.jit({name}): the compiled program could not be verified: "
             + "; ".join(report.problems))
-  copies = report.copies_over(min_bytes)
-  lines = [f"inplace_jax.jit({name}): {len(copies)} copy(ies) of at least "
-           f"{min_bytes} bytes remain:"]
+  copies = report.buffer_copies(min_bytes)
+  lines = [f"inplace_jax.jit({name}): {len(copies)} cop"
+           f"{'y' if len(copies) == 1 else 'ies'} of buffers to update in place "
+           f"remain (at least {min_bytes} bytes each):"]
   for c in copies:
     where = f" in {c.role}" + (f" (x{c.trip_count})" if c.trip_count else "")
-    what = f"argument {c.parameter}" if c.parameter else c.operand
     loc = f" at {c.location}" if c.location else ""
-    lines.append(f"  - {c.nbytes} bytes {c.type_str}{where}, copying {what}{loc}")
+    what = c.buffer or c.what_str
+    lines.append(f"  - {c.nbytes} bytes {c.type_str}{where}, copying {what}{loc}"
+                 + (f": {c.cause}" if c.cause else ""))
   for f in report.findings:
     lines.append(f"  why: {f.message}" + (" [" + "; ".join(f.locations) + "]"
                                            if f.locations else ""))
@@ -347,27 +433,29 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
         donate_argnames: str | Sequence[str] | None = None,
         static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
-        on_copy: str = "warn", min_bytes: int = 1024,
+        on_copy: OnCopy = "warn", min_bytes: int = 1024,
         compiler_options: dict[str, Any] | None = None, **jit_kwargs):
   """A drop-in for `jax.jit` whose donated buffers are updated in place, verified.
 
-  Reads of each donated buffer are sequenced before its updates, the program is
-  compiled with the options XLA needs to honour that order, and the compiled HLO is
-  checked once per signature for remaining copies.
+  Each signature runs plain `jax.jit`'s program when that program copies no buffer
+  the user asked to update in place; otherwise the reads of each donated buffer are
+  sequenced before its updates and the program is compiled with the options XLA
+  needs to honour that order, and whichever copies less runs. Warm calls go straight
+  to jax.jit's C++ dispatch.
 
   Args:
     fun: the function to compile. Usable bare (`inplace_jax.jit(f, ...)`) or as a
       decorator (`@inplace_jax.jit(donate_argnums=0)`).
     donate_argnums, donate_argnames, static_argnums, static_argnames: as `jax.jit`.
-    on_copy: what to do when a copy of at least `min_bytes` remains: `"warn"`
-      (an `InplaceCopyWarning` after the first call of each signature), `"raise"`
-      or `"ignore"`. Under `"raise"` nothing runs with a copy: copies no ordering
-      can remove raise `ConflictError` at trace time, and any other copy in the
-      compiled HLO raises `CopiesFoundError` before the first call of a signature
-      executes (this compiles each new signature twice).
+    on_copy: what to do when a copy of a donated buffer (or a loop or branch carry
+      of one) of at least `min_bytes` remains: `"warn"` (an `InplaceCopyWarning`,
+      once per signature), `"raise"` (`ConflictError` naming the read and the
+      update when no ordering can remove it, else `CopiesFoundError`, before the
+      call runs) or `"ignore"`. Layout changes and temporaries are listed in the
+      report, never warned about.
     min_bytes: copies smaller than this are not warned about.
     compiler_options: XLA options, merged with ours (`xla_disable_hlo_passes`
-      lists are joined).
+      lists are joined); jax.jit's program is compiled with yours alone.
     **jit_kwargs: passed to `jax.jit` (`in_shardings`, `out_shardings`,
       `keep_unused`, ...).
 
@@ -378,7 +466,7 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
     ...   y = x[0, 0]
     ...   return x.at[0, 0].add(1.0), y
     >>> x, y = f(jnp.zeros((64, 64)))
-    >>> f.last_report.copies
+    >>> f.last_report.buffer_copies()
     ()
   """
   kw = dict(donate_argnums=donate_argnums, donate_argnames=donate_argnames,
@@ -388,3 +476,6 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
   if fun is None:
     return lambda f: InplaceJitted(f, **kw)
   return InplaceJitted(fun, **kw)
+
+
+C.hide_frames(_HERE)

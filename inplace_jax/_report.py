@@ -17,6 +17,9 @@ from typing import Any
 
 # Roles a computation can play in an HLO module, from who calls it.
 ROLES = ("entry", "while_body", "while_condition", "branch", "fusion", "other")
+# What a copy copies (see `_buffers.py`): a version of a donated argument, an
+# argument that was not donated, a layout change, or a temporary.
+CATEGORIES = ("buffer", "argument", "layout", "temporary", "unclassified")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,12 @@ class CopyInfo:
     location: user source of the instruction consuming the copy, else of the operand.
     op_name: JAX's `op_name` metadata of that instruction, e.g. `"jit(f)/scatter-add"`.
     hlo: the instruction's line of HLO text.
+    category: `"buffer"` (a version of a donated argument: the argument, an update
+      of it, a loop or branch carry of it), `"argument"` (an argument that was not
+      donated), `"layout"` (a layout change, or a copy inside a fusion), or
+      `"temporary"`; `"unclassified"` where the donations were not known.
+    buffer: for a buffer copy, the donated argument it is a version of.
+    cause: why the copy is there, where inplace_jax knows (see `Finding`).
   """
   name: str
   kind: str
@@ -74,6 +83,9 @@ class CopyInfo:
   location: SourceLocation | None
   op_name: str | None
   hlo: str
+  category: str = "unclassified"
+  buffer: str | None = None
+  cause: str | None = None
 
   @property
   def type_str(self) -> str:
@@ -162,6 +174,9 @@ class CopyReport:
     partitions: devices the program is partitioned over (`num_partitions` in the
       module header). Above 1, the HLO is the per-device program: each copy's
       shape and bytes are per device, and every device runs it.
+    program: under `inplace_jax.jit`, which program runs: `"jax.jit"` (plain
+      jax.jit's, unchanged) or `"sequenced"`; None for a report of `check`.
+    decision: under `inplace_jax.jit`, why that program runs.
   """
   copies: tuple[CopyInfo, ...]
   donations: tuple[DonationInfo, ...]
@@ -175,6 +190,8 @@ class CopyReport:
   findings: tuple[Finding, ...] = ()
   modules: tuple[str, ...] = ()
   partitions: int = 1
+  program: str | None = None
+  decision: str | None = None
 
   def with_findings(self, findings: tuple[Finding, ...]) -> "CopyReport":
     """This report with `findings` added."""
@@ -183,6 +200,18 @@ class CopyReport:
   def copies_over(self, min_bytes: int) -> tuple[CopyInfo, ...]:
     """Copies of at least `min_bytes` bytes."""
     return tuple(c for c in self.copies if c.nbytes >= min_bytes)
+
+  def buffer_copies(self, min_bytes: int = 0) -> tuple[CopyInfo, ...]:
+    """Copies of a buffer the user asked to update in place (a donated argument,
+    an update or a loop or branch carry of one), of at least `min_bytes` bytes: what
+    `inplace_jax.jit` warns about."""
+    return tuple(c for c in self.copies
+                 if c.category == "buffer" and c.nbytes >= min_bytes)
+
+  @property
+  def buffer_copy_bytes(self) -> int:
+    """Bytes of the buffer copies, each counted once (not per loop iteration)."""
+    return sum(c.nbytes for c in self.buffer_copies())
 
   @property
   def total_copy_bytes(self) -> int:
@@ -197,6 +226,7 @@ class CopyReport:
     """A JSON-serialisable dict (`json.dumps(report.to_dict())` works)."""
     d = dataclasses.asdict(self)
     d["total_copy_bytes"] = self.total_copy_bytes
+    d["buffer_copy_bytes"] = self.buffer_copy_bytes
     return _jsonable(d)
 
   def __str__(self) -> str:
@@ -253,12 +283,57 @@ def format_copy(c: CopyInfo) -> str:
           f"at {where}{op}")
 
 
+def _copy_rows(copies) -> list[str]:
+  rows = [["name", "bytes", "type", "role", "copy of", "source", "why"]]
+  for c in copies:
+    rows.append([
+        c.name, human_bytes(c.nbytes), c.type_str, c.role_str,
+        c.buffer or c.what_str,
+        str(c.location) if c.location is not None else "?", c.cause or c.op_name or ""
+    ])
+  return _table(rows)
+
+
+def _copy_lines(r: CopyReport) -> list[str]:
+  """The copies that matter first (buffers, then undonated arguments, as a table);
+  every other copy folded into one line."""
+  lines: list[str] = []
+  if not r.copies:
+    lines.append("No copies." if r.verified
+                 else "No copies found in the part that was read (NOT a guarantee).")
+    return lines
+  classified = any(c.category != "unclassified" for c in r.copies)
+  main = ([c for c in r.copies if c.category in ("buffer", "argument")] if classified
+          else list(r.copies))
+  rest = [c for c in r.copies if c not in main]
+  if main:
+    total = sum(c.nbytes for c in main)
+    what = "buffer" if classified else ""
+    lines.append(f"{len(main)} {what + ' ' if what else ''}cop"
+                 f"{'y' if len(main) == 1 else 'ies'}, {total:,} bytes "
+                 f"({human_bytes(total)}) per call, loops not multiplied:")
+    lines += _copy_rows(main)
+  elif r.verified:
+    lines.append("No copies of buffers.")
+  if rest:
+    kinds = {}
+    for c in rest:
+      kinds[c.category] = kinds.get(c.category, 0) + 1
+    parts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    lines.append(f"Not buffer copies: {len(rest)} ({parts}), "
+                 f"{human_bytes(sum(c.nbytes for c in rest))} in all; see "
+                 "report.copies.")
+  return lines
+
+
 def format_report(r: CopyReport) -> str:
   """The report as a table a person can act on."""
   state = "verified" if r.verified else "UNVERIFIED"
   mods = f", modules: {', '.join(r.modules)}" if r.modules else ""
   lines = [f"CopyReport ({state}): backend {r.backend}, jax {r.jax_version}, "
            f"jaxlib {r.jaxlib_version}{mods}"]
+  if r.program is not None:
+    lines.append(f"Program: {r.program} ({r.decision})")
   if not r.verified:
     lines.append("UNVERIFIED: the compiled HLO could not be fully read, so the copies "
                  "below may be incomplete. Problems:")
@@ -266,21 +341,7 @@ def format_report(r: CopyReport) -> str:
   if r.partitions > 1:
     lines.append(f"Partitioned over {r.partitions} devices: shapes and bytes below "
                  "are per device.")
-  if r.copies:
-    lines.append(f"{len(r.copies)} cop{'y' if len(r.copies) == 1 else 'ies'}, "
-                 f"{r.total_copy_bytes:,} bytes ({human_bytes(r.total_copy_bytes)}) "
-                 "per call, loops not multiplied:")
-    rows = [["name", "bytes", "type", "role", "copy of", "source", "op"]]
-    for c in r.copies:
-      rows.append([
-          c.name, human_bytes(c.nbytes), c.type_str, c.role_str, c.what_str,
-          str(c.location) if c.location is not None else "?", c.op_name or ""
-      ])
-    lines += _table(rows)
-  elif r.verified:
-    lines.append("No copies.")
-  else:
-    lines.append("No copies found in the part that was read (NOT a guarantee).")
+  lines += _copy_lines(r)
   if r.donations:
     lines.append("Donations:")
     rows = [["argument", "type", "bytes", "status"]]

@@ -216,13 +216,12 @@ def test_jax_jit_copies_in_these_programs():
 
 def test_conditionals_are_lowered_only_when_needed():
   import inplace_jax
-  f = inplace_jax.jit(cond_in_scan, donate_argnums=0)
-  f(_x())
   # identity in branch 0: XLA keeps it in place once reads are tied; no lowering
-  assert f.plan.stats()["lowered_conds"] == 0
-  g = inplace_jax.jit(cond_in_scan_swapped, donate_argnums=0)
-  g(_x())
-  assert g.plan.stats()["lowered_conds"] == 1
+  _, plan = inplace_jax.sequence_jaxpr(jax.make_jaxpr(cond_in_scan)(_x()), [True])
+  assert plan.stats()["lowered_conds"] == 0
+  _, plan = inplace_jax.sequence_jaxpr(jax.make_jaxpr(cond_in_scan_swapped)(_x()),
+                                       [True])
+  assert plan.stats()["lowered_conds"] == 1
 
 
 def test_lu_with_partial_pivoting():

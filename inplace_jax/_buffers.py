@@ -1,0 +1,270 @@
+"""Which copies in a compiled HLO module copy a buffer the user asked to update in place.
+
+Pure text, like `_hlo.py`. A copy is one of four kinds (`CopyInfo.category`):
+
+* `"buffer"`: it copies a version of a donated argument (the argument itself, an
+  update of it, a loop or branch carry of it), or it writes a result into a donated
+  argument's buffer (an output aliased to it, computed elsewhere). This is what a
+  warning is about.
+* `"argument"`: it copies an argument that was not donated (updating one needs a
+  copy; the fix is to donate it).
+* `"layout"`: it changes an array's layout (XLA spells transposes as `copy`) or sits
+  inside a fusion, where `copy` is part of the fused loop, not a buffer of its own.
+* `"temporary"`: anything else (random-number state, a slice kept for later).
+
+Versions are found by following the donated entry parameters forward through what
+can write a buffer in place or pass it on: tuples, bitcasts, copies,
+dynamic-update-slice and scatter (operand 0), elementwise ops and fusions whose
+result has an operand's type, loops (carries, to a fixpoint), conditionals and calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Union
+
+from ._hlo import ArrayShape, Computation, HloModule, Instruction, TupleShape, trace_source
+from ._report import CopyInfo
+
+# A value's lineage: the donated parameters it may be a version of; for a tuple, one
+# lineage per element.
+Lineage = Union[frozenset, tuple]
+_NONE: frozenset = frozenset()
+
+_PASS = frozenset({"bitcast", "copy", "copy-done", "optimization-barrier"})
+_OPERAND0 = frozenset({"dynamic-update-slice", "scatter"})
+# Elementwise opcodes: the result may be written over an operand of its type.
+_ELEMENTWISE = frozenset((
+    "add subtract multiply divide maximum minimum select clamp negate abs and or xor "
+    "not remainder power sign floor ceil round-nearest-even round-nearest-afz "
+    "exponential log tanh sqrt rsqrt convert").split())
+_MAX_ROUNDS = 20
+
+
+def _union(values: Iterable[Lineage]) -> frozenset:
+  out: set = set()
+  for v in values:
+    out |= _flat(v)
+  return frozenset(out)
+
+
+def _flat(v: Lineage) -> frozenset:
+  if isinstance(v, tuple):
+    return _union(v)
+  return v
+
+
+def _element(v: Lineage, i: int) -> Lineage:
+  if isinstance(v, tuple):
+    return v[i] if i < len(v) else _NONE
+  return v
+
+
+def _merge(a: Lineage, b: Lineage) -> Lineage:
+  if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+    return tuple(_merge(x, y) for x, y in zip(a, b, strict=True))
+  if isinstance(a, tuple) or isinstance(b, tuple):
+    return a if isinstance(a, tuple) else b if not _flat(a) else a
+  return a | b
+
+
+def _same_array(a, b) -> bool:
+  return (isinstance(a, ArrayShape) and isinstance(b, ArrayShape)
+          and a.element_type == b.element_type and a.dims == b.dims)
+
+
+class _Lineages:
+  """Lineage of every instruction of a module, computed to a fixpoint."""
+
+  def __init__(self, module: HloModule, donated: frozenset[int]):
+    self.module = module
+    self.donated = donated
+    self.values: dict[tuple[str, str], Lineage] = {}
+    self.params: dict[str, dict[int, Lineage]] = {}   # computation -> parameter -> lin
+    for _ in range(_MAX_ROUNDS):
+      self.changed = False
+      for comp in module.computations.values():
+        self._computation(comp)
+      if not self.changed:
+        break
+
+  def of(self, comp: Computation, name: str) -> Lineage:
+    return self.values.get((comp.name, name), _NONE)
+
+  def _set(self, comp: Computation, name: str, lin: Lineage) -> None:
+    key = (comp.name, name)
+    old = self.values.get(key, _NONE)
+    new = _merge(old, lin)
+    if new != old:
+      self.values[key] = new
+      self.changed = True
+
+  def _feed(self, comp_name: str, number: int, lin: Lineage) -> None:
+    params = self.params.setdefault(comp_name, {})
+    old = params.get(number, _NONE)
+    new = _merge(old, lin)
+    if new != old:
+      params[number] = new
+      self.changed = True
+
+  def _root(self, comp_name: str) -> Lineage:
+    comp = self.module.computations.get(comp_name)
+    if comp is None or not comp.instructions:
+      return _NONE
+    roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
+    return self.of(comp, roots[0].name)
+
+  def _computation(self, comp: Computation) -> None:
+    for ins in comp.instructions:
+      lin = self._instruction(comp, ins)
+      if lin:
+        self._set(comp, ins.name, lin)
+
+  def _instruction(self, comp: Computation, ins: Instruction) -> Lineage:
+    op = ins.opcode
+    ops = [self.of(comp, o) for o in ins.operands]
+    if op == "parameter":
+      return self._parameter(comp, ins)
+    if op == "get-tuple-element" and ins.attributes.get("index", "").isdigit():
+      return _element(ops[0], int(ins.attributes["index"])) if ops else _NONE
+    if op == "tuple":
+      return tuple(ops)
+    if op in _PASS or op in _OPERAND0:
+      return ops[0] if ops else _NONE
+    if op == "copy-start":
+      return (ops[0], ops[0], _NONE) if ops else _NONE
+    if op in ("while", "conditional", "call", "fusion"):
+      return self._control(comp, ins, op, ops)
+    if op in _ELEMENTWISE:
+      return _union(lin for o, lin in zip(ins.operands, ops, strict=True)
+                    if _same_array(comp.by_name[o].shape, ins.shape))
+    return _NONE
+
+  def _parameter(self, comp: Computation, ins: Instruction) -> Lineage:
+    text = ins.operand_text.strip()
+    if not text.isdigit():
+      return _NONE
+    if comp.is_entry:
+      return frozenset({int(text)}) if int(text) in self.donated else _NONE
+    return self.params.get(comp.name, {}).get(int(text), _NONE)
+
+  def _callees(self, ins: Instruction, *keys: str) -> list[str]:
+    out = []
+    for key in keys:
+      value = ins.attributes.get(key, "").strip()
+      if value.startswith("{"):
+        value = value[1:-1]
+      out += [p.strip().lstrip("%") for p in value.split(",") if p.strip()]
+    return out
+
+  def _control(self, comp, ins, op, ops) -> Lineage:
+    if op == "while":
+      for name in self._callees(ins, "body", "condition"):
+        self._feed(name, 0, ops[0] if ops else _NONE)
+      body = self._callees(ins, "body")
+      root = self._root(body[0]) if body else _NONE
+      if body:
+        self._feed(body[0], 0, root)   # next iteration's carry
+      return _merge(ops[0] if ops else _NONE, root)
+    if op == "conditional":
+      branches = self._callees(ins, "branch_computations", "true_computation",
+                               "false_computation")
+      out: Lineage = _NONE
+      for k, name in enumerate(branches):
+        if k + 1 < len(ops):
+          self._feed(name, 0, ops[k + 1])
+        out = _merge(out, self._root(name))
+      return out
+    if op == "call":
+      for name in self._callees(ins, "to_apply", "calls"):
+        for k, lin in enumerate(ops):
+          self._feed(name, k, lin)
+        return self._root(name)
+      return _NONE
+    return self._fusion(comp, ins, ops)
+
+  def _fusion(self, comp, ins, ops) -> Lineage:
+    """A fusion may write its result over an operand of the result's type (an
+    in-place dynamic-update-slice or scatter inside, or elementwise arithmetic)."""
+    def like(shape):
+      return _union(lin for o, lin in zip(ins.operands, ops, strict=True)
+                    if _same_array(comp.by_name[o].shape, shape))
+    if isinstance(ins.shape, TupleShape):
+      return tuple(like(s) for s in ins.shape.elements)
+    return like(ins.shape)
+
+
+def _layout(shape) -> str:
+  if not isinstance(shape, ArrayShape):
+    return ""
+  return shape.layout.split(":")[0].strip("{}")
+
+
+def _into_donated(module: HloModule, donated: frozenset[int]) -> dict[str, int]:
+  """Entry copies whose result is an output aliased to a donated parameter: XLA
+  computed that output elsewhere and copies it into the donated buffer."""
+  entry = module.entry
+  if entry is None or not entry.instructions:
+    return {}
+  roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
+  out: dict[str, int] = {}
+  for alias in module.aliases:
+    if alias.parameter not in donated or alias.parameter_index != ():
+      continue
+    ins = roots[0]
+    path = list(alias.output_index)
+    while ins is not None:
+      if ins.opcode == "tuple" and path:
+        ins = entry.by_name.get(ins.operands[path.pop(0)])
+      elif ins.opcode == "bitcast" and ins.operands:
+        ins = entry.by_name.get(ins.operands[0])
+      else:
+        break
+    if ins is not None and ins.opcode in ("copy", "copy-done") and not path:
+      if ins.opcode == "copy-done":
+        ins = entry.by_name.get(ins.operands[0])
+      if ins is not None:
+        out[ins.name] = alias.parameter
+  return out
+
+
+def classify(module: HloModule, copies: tuple[CopyInfo, ...],
+             donated: Iterable[int]) -> tuple[CopyInfo, ...]:
+  """`copies` of `module` with `category` and `buffer` set; `donated` are the entry
+  parameter numbers of donated arguments."""
+  donated = frozenset(donated)
+  lineages = _Lineages(module, donated)
+  into = _into_donated(module, donated)
+  names = {int(p.operand_text): p.metadata.get("op_name") or f"parameter {p.operand_text}"
+           for p in module.entry_parameters().values()} if module.entry else {}
+  out = []
+  for c in copies:
+    if c.module != module.name:
+      out.append(c)
+      continue
+    comp = module.computations[c.computation]
+    if comp.is_entry and c.name in into:
+      category, buffer = "buffer", names.get(into[c.name])
+    else:
+      category, buffer = _category(module, comp, c, lineages, names)
+    out.append(dataclasses.replace(c, category=category, buffer=buffer))
+  return tuple(out)
+
+
+def _category(module, comp, c: CopyInfo, lineages: _Lineages, names):
+  ins = comp.by_name[c.name]
+  operand = comp.by_name.get(c.operand)
+  if c.role == "fusion":
+    return "layout", None
+  result = ins.shape.elements[0] if isinstance(ins.shape, TupleShape) else ins.shape
+  if operand is not None and _layout(result) != _layout(operand.shape):
+    return "layout", None
+  lin = _flat(lineages.of(comp, c.operand))
+  if lin:
+    return "buffer", names.get(min(lin))
+  src, _ = trace_source(module, comp, c.operand)
+  if src is not None and src.opcode == "parameter" and module.entry is not None \
+      and module.entry.by_name.get(src.name) is src:
+    return "argument", None
+  return "temporary", None
