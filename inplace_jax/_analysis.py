@@ -45,7 +45,8 @@ from . import _exactness as X
 from . import _rules
 from ._graph import Graph
 from ._plan import (
-    BarrierSpec, Conflict, EqnInfo, FindingKind, InplaceUse, Plan, Step)
+    BarrierSpec, Conflict, EqnInfo, FindingKind, Hints, InplaceUse, Plan, Step)
+from . import _traits
 from ._rules import updates as _updates
 
 
@@ -55,9 +56,10 @@ class Analyzer:
   Every cache lives on the analyzer, so it is freed with it (one per transform).
   """
 
-  def __init__(self):
+  def __init__(self, hints: Hints = Hints()):
     self._cache: dict[tuple, tuple[Any, Plan]] = {}
     self.inner_sensitive = X.inner_sensitivity({})
+    self.hints = hints
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
                manual: bool = False) -> Plan:
@@ -104,20 +106,46 @@ class _State:
   post_versions: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
   sensitive_memo: dict[Any, bool] = dataclasses.field(default_factory=dict)
   inner_sensitive: Any = None
+  hints: Hints = Hints()
+  # Updates whose result gets a barrier because a read was tied through them.
+  forced_post: set[int] = dataclasses.field(default_factory=set)
 
   def sensitive(self, var) -> bool:
     """A barrier materialises the value it ties. Where that value feeds a float
     reduction or a transcendental, XLA would otherwise fuse it into that op, whose
-    last bit can change with the fusion; such values are not tied."""
-    return X.feeds_sensitive(var, self.g.eqns, self.g.consumers, self.sensitive_memo,
-                             self.inner_sensitive)
+    last bit can change with the fusion; such values are not tied. Nor values that
+    reach an operation a barrier changed in an earlier compile (`Hints.avoid`)."""
+    return (X.feeds_sensitive(var, self.g.eqns, self.g.consumers, self.sensitive_memo,
+                              self.inner_sensitive) or self.reaches_avoided(var))
+
+  def reaches_avoided(self, var) -> bool:
+    if not self.hints.avoid:
+      return False
+    memo = self.__dict__.setdefault("_avoid_memo", {})
+    stack, seen, found = [var], set(), False
+    while stack and not found:
+      w = stack.pop()
+      if w in seen:
+        continue
+      seen.add(w)
+      hit = memo.get(w)
+      if hit is not None:
+        found = hit
+        break
+      for c, _ in self.g.uses(w):
+        if source_key(self.g.eqns[c]) in self.hints.avoid:
+          found = True
+          break
+        stack.extend(o for o in self.g.eqns[c].outvars if not C.is_drop_var(o))
+    memo[var] = found
+    return found
 
 
 def analyze_one(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
                 analyzer: Analyzer) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
   st = _State(Graph(_dce(jaxpr)), buffers, in_loop, manual,
-              inner_sensitive=analyzer.inner_sensitive)
+              inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints)
   find_versions(st, analyzer)
   pick_successors(st)
   order_reads(st)
@@ -151,6 +179,14 @@ def _dce(jaxpr):
 
 def _src(eqn) -> str:
   return C.source_summary(eqn)
+
+
+def source_key(eqn):
+  """(file, line, primitive name) of the user frame that created `eqn`, or None."""
+  frame = C.user_frame(eqn)
+  if frame is None:
+    return None
+  return (frame.file_name, frame.start_line, eqn.primitive.name)
 
 
 def _out(st: _State, k: int, use: InplaceUse):
@@ -322,6 +358,8 @@ def tie_reads(st: _State) -> None:
       # A barrier right after arithmetic could change rounding: this version's
       # reads stay as they were (values exact, XLA may copy).
       continue
+    if _avoided(st, ueqn) or (p is not None and _avoided(st, g.eqns[p])):
+      continue    # a barrier here changed the arithmetic in an earlier compile
     split = _split_here(st, v, u, use)
     tied = _reads_to_tie(st, reads, u, use, v, split)
     frontier_vars, region, tied = _frontiers(st, tied, u, v)
@@ -381,6 +419,9 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
       # The split reads the old values before the barrier, at the update's
       # indices: reads those indices are computed from must come first.
       private -= g.ancestors_within(g.eqns[u].invars[1], private)
+    if st.hints.tie:
+      # Reads XLA did not order by itself in an earlier compile are tied anyway.
+      private = {k for k in private if source_key(g.eqns[k]) not in st.hints.tie}
     tied = [r for r in reads if r not in private]
     st.after_pre.setdefault(u, set()).update(r for r in reads if r in private)
   return [r for r in tied if all(X.cut_safe_var(g.eqns[r], w) for w in g.eqns[r].outvars
@@ -491,13 +532,21 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
   region."""
   g = st.g
   e = g.eqns[c]
+  if _avoided(st, e):
+    return None         # its arithmetic changed when a read was tied before it
   if c == u or g.reaches(c, u):
     # Toward the update, the tied value is used (after the barrier): computed from
     # the buffer before it, it would be fused into the update, which then reads the
     # buffer it writes and cannot be done in place.
     return "tie"
-  from . import _traits
   if _traits.any_of(e.primitive, _traits.FUSIBLE):
+    if (st.hints.through_updates and _traits.has(e.primitive, _traits.Trait.UPDATE)
+        and g.eqns[c].invars[0] is not w and _moved_only(st, w, region)):
+      # The values are written into a buffer by a later update and only read from
+      # memory afterwards: tied, they are the same memory; the update's result gets
+      # a barrier so that no read of it is forwarded to them.
+      st.forced_post.add(c)
+      return "tie"
     if e.effects or g.reaches(u, c) or len(region) >= _REGION_LIMIT:
       return None
     region.add(c)
@@ -508,6 +557,45 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
   if C.jaxprs_in_params(e.params):
     return None         # used sensitively inside a loop, branch or call
   return "tie"          # an op XLA does not fuse its operand into
+
+
+def _avoided(st: _State, eqn) -> bool:
+  return bool(st.hints.avoid) and source_key(eqn) in st.hints.avoid
+
+
+def _moved_only(st: _State, w, region: set[int]) -> bool:
+  """Whether `w` is computed from memory by data movement alone (its producer and
+  everything in the read's region so far move data without arithmetic)."""
+  g = st.g
+  p = g.producer.get(w)
+  if p is None or not _traits.has(g.eqns[p].primitive, _traits.Trait.DATA_MOVEMENT):
+    return False
+  return all(_traits.has(g.eqns[k].primitive, _traits.Trait.DATA_MOVEMENT)
+             for k in region)
+
+
+def _moved_to_sensitive(st: _State, var) -> bool:
+  """Whether every fusion-sensitive op `var` reaches reads it through data movement
+  alone (a sum of a row of it, say): behind a barrier such an op reads memory, as
+  under jax.jit, where XLA forwards the read to the buffer before the update."""
+  g = st.g
+  stack, seen = [var], set()
+  while stack:
+    w = stack.pop()
+    if w in seen:
+      continue
+    seen.add(w)
+    for c, _ in g.uses(w):
+      e = g.eqns[c]
+      outs = [o for o in e.outvars if not C.is_drop_var(o)]
+      if _traits.has(e.primitive, _traits.Trait.SENSITIVE):
+        continue
+      if _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT):
+        stack.extend(outs)
+      elif any(st.sensitive(o) for o in outs) or (
+          C.jaxprs_in_params(e.params) and st.sensitive(w)):
+        return False
+  return True
 
 
 def _private_ancestors(g: Graph, u: int) -> set[int]:
@@ -557,7 +645,7 @@ def post_update_barriers(st: _State) -> None:
         continue
       if not (info.forwards_reads or not use.strong):
         continue
-      if not X.cut_safe_var(g.eqns[k], out):
+      if not X.cut_safe_var(g.eqns[k], out) or _avoided(st, g.eqns[k]):
         continue
       nxt = st.successor.get(out)
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
@@ -568,8 +656,10 @@ def post_update_barriers(st: _State) -> None:
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)
       # A barrier there would also move the fusion boundary of the reductions and
       # transcendentals those reads feed (a sum of a slice of the new version
-      # changed in the fuzzer): values first, XLA may copy instead.
-      if has_reads and not st.sensitive(out):
+      # changed in the fuzzer): values first, XLA may copy instead. Unless a read
+      # was tied through this update (see `_frontier_step`).
+      if has_reads and (k in st.forced_post or not st.sensitive(out)
+                        or (st.hints.through_updates and _moved_to_sensitive(st, out))):
         st.post_versions.setdefault(k, []).append(out)
 
 

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Union
 
+from . import _explain
 from ._hlo import ArrayShape, Computation, HloModule, Instruction, TupleShape, trace_source
 from ._report import CopyInfo
 
@@ -244,15 +245,23 @@ def classify(module: HloModule, copies: tuple[CopyInfo, ...],
       out.append(c)
       continue
     comp = module.computations[c.computation]
-    if comp.is_entry and c.name in into:
-      category, buffer = "buffer", names.get(into[c.name])
+    into_buffer = comp.is_entry and c.name in into
+    if into_buffer:
+      category, param = "buffer", into[c.name]
     else:
-      category, buffer = _category(module, comp, c, lineages, names)
-    out.append(dataclasses.replace(c, category=category, buffer=buffer))
+      category, param = _category(module, comp, c, lineages)
+    buffer = names.get(param) if param is not None else None
+    c = dataclasses.replace(c, category=category, buffer=buffer, buffer_parameter=param)
+    if category == "buffer":
+      cause = _explain.explain(module, c, into_buffer)
+      if cause is not None:
+        c = dataclasses.replace(c, cause=cause.text(buffer), readers=cause.readers,
+                                writer=cause.writer)
+    out.append(c)
   return tuple(out)
 
 
-def _category(module, comp, c: CopyInfo, lineages: _Lineages, names):
+def _category(module, comp, c: CopyInfo, lineages: _Lineages):
   ins = comp.by_name[c.name]
   operand = comp.by_name.get(c.operand)
   if c.role == "fusion":
@@ -262,7 +271,7 @@ def _category(module, comp, c: CopyInfo, lineages: _Lineages, names):
     return "layout", None
   lin = _flat(lineages.of(comp, c.operand))
   if lin:
-    return "buffer", names.get(min(lin))
+    return "buffer", min(lin)
   src, _ = trace_source(module, comp, c.operand)
   if src is not None and src.opcode == "parameter" and module.entry is not None \
       and module.entry.by_name.get(src.name) is src:

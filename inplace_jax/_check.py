@@ -124,6 +124,12 @@ def check_compiled(compiled: jax.stages.Compiled) -> CopyReport:
   stays verified, since the copies do not depend on them. The report is unverified
   when the text is unavailable or not fully understood.
   """
+  return inspect_compiled(compiled)[0]
+
+
+def inspect_compiled(compiled: jax.stages.Compiled
+                     ) -> tuple[CopyReport, tuple[_hlo.HloModule, ...]]:
+  """`check_compiled`'s report, and the parsed HLO modules it was read from."""
   problems: list[str] = []
   try:
     text = compiled.as_text()
@@ -148,7 +154,7 @@ def check_compiled(compiled: jax.stages.Compiled) -> CopyReport:
   if not verified and not problems:  # never unverified without saying why
     problems.append("the HLO text held no module")
   donated = [d.parameter for d in donations if d.donated and d.parameter is not None]
-  return CopyReport(
+  report = CopyReport(
       copies=_classified(inspection, donated),
       donations=donations,
       temp_size_in_bytes=temp,
@@ -161,6 +167,7 @@ def check_compiled(compiled: jax.stages.Compiled) -> CopyReport:
       modules=tuple(m.name for m in inspection.modules) if inspection else (),
       partitions=_partitions(inspection),
   )
+  return report, (inspection.modules if inspection else ())
 
 
 def report_from_text(text: str, backend: str = "unknown") -> CopyReport:

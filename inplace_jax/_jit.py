@@ -39,7 +39,8 @@ import jax
 
 from . import _compat as C
 from . import _plan
-from ._check import CopiesFoundError, check_compiled
+from . import _fingerprint
+from ._check import CopiesFoundError, check_compiled, inspect_compiled
 from ._report import CopyReport, Finding
 from ._transform import sequence_jaxpr
 
@@ -100,11 +101,17 @@ def barriers_kept(platform: str, options: Sequence[tuple[str, Any]] | None) -> b
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-  """One compiled program considered for a signature."""
+  """One compiled program considered for a signature.
+
+  `changed` lists the operations whose arithmetic differs from jax.jit's program
+  (`_fingerprint.py`); a candidate with any is never run.
+  """
   program: Program
   jaxpr: Any
   options: tuple[tuple[str, Any], ...]
   report: CopyReport
+  fingerprint: Any = dataclasses.field(default=None, repr=False, compare=False)
+  changed: tuple[Any, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,22 +239,49 @@ class InplaceJitted:
       self._warn(sig)
     return sig
 
-  def _compile(self, p, args_flat, program: Program, jaxpr, options) -> Candidate:
+  def _compile(self, p, args_flat, program: Program, jaxpr, options,
+               plain: Candidate | None = None) -> Candidate:
     q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=options)
-    compiled = C.traced(q, args_flat).lower().compile()
-    return Candidate(program, jaxpr, tuple(options), check_compiled(compiled))
+    report, modules = inspect_compiled(C.traced(q, args_flat).lower().compile())
+    fp = _fingerprint.fingerprint(modules[0]) if len(modules) == 1 else None
+    changed: tuple = ()
+    if plain is not None:
+      if fp is None or plain.fingerprint is None:
+        changed = ("the compiled programs could not be compared",)
+      else:
+        changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
+    return Candidate(program, jaxpr, tuple(options), report, fp, changed)
 
   def _decide(self, p, args_flat) -> Signature:
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
-    if plain.report.verified and not plain.report.buffer_copies(self.min_bytes):
+    if plain.report.verified and not _significant(plain.report, self.min_bytes):
       return self._made(plain, None, (plain,), "jax.jit's program copies no buffer")
-    new, plan = sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p),
-                               erase_remat_barriers=self._erase_remat)
-    if not plan.changed and self._our_options == self._user_options:
-      return self._made(plain, plan, (plain,), "there is nothing to sequence")
-    seq = self._compile(p, args_flat, "sequenced", new, self._our_options)
-    best, why = _better(plain, seq, self.min_bytes)
-    return self._made(best, plan, (plain, seq), why)
+    # Only the buffers jax.jit's program copies are sequenced: the others it
+    # already updates in place, and are left exactly as they are.
+    buffers = _copied_buffers(p, plain.report, self.min_bytes)
+    candidates, best, best_plan, first_plan = [plain], plain, None, None
+    hints, last, seen = _plan.Hints(), plain, []
+    while len(candidates) <= 1 + REFINE_ROUNDS:
+      new, plan = self._sequenced(p, buffers, hints)
+      first_plan = first_plan or plan
+      text = str(new.jaxpr)
+      if text not in seen and (plan.changed or (
+          self._our_options != self._user_options and _has_barrier(new.jaxpr))):
+        seen.append(text)
+        last = self._compile(p, args_flat, "sequenced", new, self._our_options, plain)
+        candidates.append(last)
+        if _improves(last, best, plain, self.min_bytes):
+          best, best_plan = last, plan
+      nxt = _next_hints(hints, last, self.min_bytes)
+      if nxt is None or nxt == hints:
+        break
+      hints = nxt
+    return self._made(best, best_plan or first_plan, tuple(candidates),
+                      _why(best, plain, candidates, self.min_bytes))
+
+  def _sequenced(self, p, buffers, hints):
+    return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
+                          erase_remat_barriers=self._erase_remat, hints=hints)
 
   def _made(self, chosen: Candidate, plan, candidates, reason: str) -> Signature:
     report = chosen.report
@@ -353,24 +387,96 @@ class InplaceJitted:
     return f"inplace_jax.jit({getattr(self._fun, '__qualname__', self._fun)!r})"
 
 
-def _better(plain: Candidate, seq: Candidate, min_bytes: int) -> tuple[Candidate, str]:
-  """The candidate to run: the sequenced one only if it copies fewer buffer bytes and
-  no more bytes in all (copies of at least `min_bytes`) than jax.jit's."""
-  pr, sr = plain.report, seq.report
-  if not sr.verified:
-    return plain, "the sequenced program could not be verified"
-  if not pr.verified:
-    return seq, "jax.jit's program could not be verified"
-  pb = sum(c.nbytes for c in pr.buffer_copies(min_bytes))
-  sb = sum(c.nbytes for c in sr.buffer_copies(min_bytes))
-  pt = sum(c.nbytes for c in pr.copies_over(min_bytes))
-  st = sum(c.nbytes for c in sr.copies_over(min_bytes))
-  if sb < pb and st <= pt:
-    return seq, (f"the sequenced program copies {sb:,} buffer bytes where jax.jit's "
-                 f"copies {pb:,}")
-  return plain, (f"the sequenced program would copy {sb:,} buffer bytes ({st:,} in "
-                 f"all) where jax.jit's copies {pb:,} ({pt:,} in all): jax.jit's "
-                 "program runs")
+# Compiles after the first sequenced one, where copies of buffers remain.
+REFINE_ROUNDS = 2
+
+
+def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int]:
+  """(buffer copy bytes, all copy bytes) of copies of at least `min_bytes`."""
+  r = c.report
+  return (sum(x.nbytes for x in r.buffer_copies(min_bytes)),
+          sum(x.nbytes for x in r.copies_over(min_bytes)))
+
+
+def _significant(report: CopyReport, min_bytes: int) -> tuple:
+  return report.buffer_copies(min_bytes)
+
+
+def _has_barrier(jaxpr) -> bool:
+  """Whether `jaxpr` holds an optimization barrier (the user's), at any depth."""
+  for e in jaxpr.eqns:
+    if e.primitive is C.optimization_barrier_p:
+      return True
+    for key in C.jaxprs_in_params(e.params):
+      v = e.params[key]
+      for j in (v if isinstance(v, (tuple, list)) else (v,)):
+        if _has_barrier(j.jaxpr if isinstance(j, C.ClosedJaxpr) else j):
+          return True
+  return False
+
+
+def _next_hints(hints: _plan.Hints, cand: Candidate, min_bytes: int):
+  """What the next round should do differently, or None to stop: keep barriers away
+  from operations whose arithmetic this candidate changed; else tie the reads
+  behind the copies that remain."""
+  if cand.changed:
+    keys = {o.key for o in cand.changed if not isinstance(o, str) and o.key}
+    if not keys:
+      return None
+    return dataclasses.replace(hints, avoid=hints.avoid | frozenset(keys))
+  if not cand.report.verified or not cand.report.buffer_copies(min_bytes):
+    return None
+  return dataclasses.replace(hints, tie=hints.tie | _reader_keys(cand.report, min_bytes),
+                             through_updates=True)
+
+
+def _improves(cand: Candidate, best: Candidate, plain: Candidate, min_bytes: int) -> bool:
+  """Whether `cand` should run instead of `best`: verified, computing jax.jit's
+  arithmetic, fewer buffer bytes than `best`, and no more bytes in all than jax.jit's
+  program."""
+  if not cand.report.verified or cand.changed:
+    return False
+  if not plain.report.verified:
+    return best is plain or _bytes(cand, min_bytes)[0] < _bytes(best, min_bytes)[0]
+  return (_bytes(cand, min_bytes)[0] < _bytes(best, min_bytes)[0]
+          and _bytes(cand, min_bytes)[1] <= _bytes(plain, min_bytes)[1])
+
+
+def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
+  pb, pt = _bytes(plain, min_bytes)
+  if best is not plain:
+    sb, _ = _bytes(best, min_bytes)
+    return (f"the sequenced program copies {sb:,} buffer bytes where jax.jit's copies "
+            f"{pb:,}")
+  tried = [c for c in candidates if c is not plain]
+  if not tried:
+    return "there is nothing to sequence"
+  sb, st = min(_bytes(c, min_bytes) for c in tried)
+  return (f"no sequenced program copies fewer buffer bytes and no more bytes in all "
+          f"(best: {sb:,} buffer bytes, {st:,} in all; jax.jit's: {pb:,}, {pt:,}): "
+          "jax.jit's program runs")
+
+
+def _copied_buffers(p, report: CopyReport, min_bytes: int) -> tuple[bool, ...]:
+  """The donation vector of `p` (one flag per jaxpr input) restricted to the donated
+  arguments whose buffers `report` shows copied."""
+  params = {c.buffer_parameter for c in report.buffer_copies(min_bytes)}
+  copied = {j for j, d in enumerate(report.donations) if d.parameter in params}
+  donated = C.params_donated(p)
+  offset = len(donated) - len(report.donations)
+  if offset < 0 or not params:
+    return donated
+  return tuple(d and (i - offset) in copied for i, d in enumerate(donated))
+
+
+def _reader_keys(report: CopyReport, min_bytes: int) -> frozenset:
+  """Source keys (file, line, operation) of the reads behind the buffer copies."""
+  keys = set()
+  for c in report.buffer_copies(min_bytes):
+    for a in c.readers:
+      if a.op and a.location is not None:
+        keys.add((a.location.file, a.location.line, a.op))
+  return frozenset(keys)
 
 
 def _user_stacklevel() -> int:

@@ -34,6 +34,26 @@ DEFINITE = frozenset({
     FindingKind.OLD_VERSION_ESCAPES, FindingKind.UPDATE_READS_OLD})
 
 
+SourceKey = tuple[str, int, str]   # (file, line, primitive name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hints:
+  """What the compiled program taught the analysis (`inplace_jax.jit`'s refinement
+  rounds): reads, by source key, that XLA did not order before their update by
+  itself, so they are tied even where data alone would order them; and whether a
+  read that is pure data movement may be tied where its values only reach a
+  fusion-sensitive op through a later update (the update's result then gets a
+  barrier too, so that the op reads memory, as it does under jax.jit); and which
+  operations' arithmetic a barrier changed, so that no barrier goes near them."""
+  tie: frozenset[SourceKey] = frozenset()
+  through_updates: bool = False
+  # Operations whose arithmetic a barrier changed in an earlier compile (by source
+  # key): no read is tied where it reaches them, and no barrier goes before or
+  # after them as updates.
+  avoid: frozenset[SourceKey] = frozenset()
+
+
 @dataclasses.dataclass(frozen=True)
 class Conflict:
   """A copy the transform could not remove, with the source lines that force it."""

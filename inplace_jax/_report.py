@@ -35,6 +35,17 @@ class SourceLocation:
 
 
 @dataclass(frozen=True)
+class Access:
+  """A JAX operation in the compiled program, by name and the user's source line."""
+  op: str | None
+  location: SourceLocation | None
+
+  def __str__(self) -> str:
+    where = f" at {self.location}" if self.location is not None else ""
+    return f"{self.op or 'an operation'}{where}"
+
+
+@dataclass(frozen=True)
 class CopyInfo:
   """One copy in the compiled program.
 
@@ -65,7 +76,12 @@ class CopyInfo:
       donated), `"layout"` (a layout change, or a copy inside a fusion), or
       `"temporary"`; `"unclassified"` where the donations were not known.
     buffer: for a buffer copy, the donated argument it is a version of.
-    cause: why the copy is there, where inplace_jax knows (see `Finding`).
+    buffer_parameter: that argument's HLO entry parameter number.
+    cause: for a buffer copy, why it is there: the reads that need the old value
+      and the in-place update that would overwrite it, from the HLO, and what
+      inplace_jax's analysis knows about them.
+    readers: for a buffer copy, the operations that read the old value.
+    writer: for a buffer copy, the in-place update.
   """
   name: str
   kind: str
@@ -85,7 +101,10 @@ class CopyInfo:
   hlo: str
   category: str = "unclassified"
   buffer: str | None = None
+  buffer_parameter: int | None = None
   cause: str | None = None
+  readers: tuple[Access, ...] = ()
+  writer: Access | None = None
 
   @property
   def type_str(self) -> str:

@@ -25,14 +25,15 @@ import jax
 from . import _compat as C
 from . import _passes
 from ._analysis import Analyzer
-from ._plan import Conflict, FindingKind, Plan
+from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
 from ._rules import is_big
 
 
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
                    in_loop: bool = False, boundary: bool = True,
-                   erase_remat_barriers: bool = False):
+                   erase_remat_barriers: bool = False, hints: Hints = Hints(),
+                   buffers: Sequence[bool] | None = None):
   """Sequences reads of donated buffers before their updates.
 
   Args:
@@ -49,6 +50,11 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
       every barrier before fusion anyway: the options that keep inplace_jax's
       barriers alive would otherwise keep those too, and compile a program that
       fuses (and copies) differently from `jax.jit`'s.
+    hints: what an earlier compile showed (`inplace_jax.jit`'s refinement rounds):
+      reads to tie that data alone would order, and ties through later updates.
+    buffers: which donated inputs to sequence (default: all of them); the others
+      are left exactly as they are. `donated` still says what JAX donates, which
+      decides the outputs it aliases.
 
   Returns:
     `(new_closed_jaxpr, plan)`. The new jaxpr computes exactly the same values; the
@@ -75,19 +81,21 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   if len(donated) != len(jaxpr.invars):
     raise ValueError(f"donated has {len(donated)} entries but the jaxpr has "
                      f"{len(jaxpr.invars)} inputs")
+  buffers = donated if buffers is None else tuple(
+      bool(b) and d for b, d in zip(buffers, donated, strict=True))
   # The analysis allocates many small containers at once; the cyclic garbage
   # collector would rescan them repeatedly (a third of the time on 10k equations).
   gc_was_enabled = gc.isenabled()
   gc.disable()
   try:
-    analyzer = Analyzer()
-    ctx = _passes.PassContext(donated=donated, in_loop=in_loop,
+    analyzer = Analyzer(hints)
+    ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
                               erase_remat_barriers=erase_remat_barriers,
                               analyze=analyzer)
     jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
-    plan = analyzer(jaxpr, donated, in_loop)
+    plan = analyzer(jaxpr, buffers, in_loop)
     if boundary and not in_loop:
-      plan = _honour_aliases(plan, jaxpr, donated, analyzer)
+      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer)
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -97,16 +105,16 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   return C.ClosedJaxpr(new, consts), plan
 
 
-def _honour_aliases(plan: Plan, jaxpr, donated, analyzer) -> Plan:
+def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer) -> Plan:
   """The plan with only the donated buffers XLA can update in place: those whose
   last version is the output JAX aliases them to (JAX pairs donated inputs with
   outputs of the same shape and dtype, in order). The others are read-only to XLA,
   and sequencing them only costs; the report says why they are copied."""
   aliases = C.predicted_aliases(plan.jaxpr, donated)
-  kept = tuple(d and f is not None and f == a
-               for d, f, a in zip(donated, plan.flows, aliases, strict=True))
-  dropped = [i for i, (d, k, v) in enumerate(zip(donated, kept, jaxpr.invars, strict=True))
-             if d and not k and is_big(v.aval)]
+  kept = tuple(b and f is not None and f == a
+               for b, f, a in zip(buffers, plan.flows, aliases, strict=True))
+  dropped = [i for i, (b, k, v) in enumerate(zip(buffers, kept, jaxpr.invars, strict=True))
+             if b and not k and is_big(v.aval)]
   if not dropped:
     return plan
   first = plan

@@ -1,0 +1,161 @@
+"""Why XLA copies a buffer, read from the compiled HLO (pure text, like `_hlo.py`).
+
+XLA copies a buffer when two values of it must live at once: the old value, still
+read, and the new one an in-place update writes. In the HLO that is one of:
+
+* the copy feeds the in-place update (XLA updates the copy) while the other users of
+  the original read the old value;
+* the copy feeds the readers (XLA keeps the old value aside) while the original is
+  updated in place;
+* the copy writes a result computed elsewhere into a donated buffer (an output
+  aliased to a donated argument).
+
+`explain` finds which, and names the reads and the update by their JAX operation and
+the user's source line (looking inside fusions for the operation that reads the
+buffer). Every statement it makes is what the HLO shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ._hlo import Computation, HloModule, Instruction
+from ._report import Access, CopyInfo
+
+_IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
+_VIEW = frozenset({"bitcast", "get-tuple-element", "tuple", "copy"})
+
+
+def _op(ins: Instruction) -> str | None:
+  name = ins.metadata.get("op_name")
+  return name.rsplit("/", 1)[-1] if name else None
+
+
+def _access(module: HloModule, ins: Instruction) -> Access:
+  return Access(_op(ins), module.location(ins))
+
+
+def _fused(module: HloModule, ins: Instruction) -> Computation | None:
+  if ins.opcode != "fusion":
+    return None
+  name = ins.attributes.get("calls", "").strip().lstrip("%")
+  return module.computations.get(name)
+
+
+def _param(comp: Computation, k: int) -> Instruction | None:
+  for i in comp.instructions:
+    if i.opcode == "parameter" and i.operand_text.strip() == str(k):
+      return i
+  return None
+
+
+def _writes_in_place(module: HloModule, comp: Computation, user: Instruction,
+                     operand: str) -> bool:
+  """Whether `user` writes its result over `operand`'s buffer: a dynamic-update-slice
+  or scatter into it, a fusion whose root is one, or a loop carrying it."""
+  if user.opcode in _IN_PLACE:
+    return bool(user.operands) and user.operands[0] == operand
+  if user.opcode == "while":
+    return operand in user.operands
+  fused = _fused(module, user)
+  if fused is None:
+    return False
+  positions = {k for k, o in enumerate(user.operands) if o == operand}
+  roots = [i for i in fused.instructions if i.is_root] or fused.instructions[-1:]
+  stack = list(roots)
+  seen: set[str] = set()
+  while stack:
+    i = stack.pop()
+    if i.name in seen:
+      continue
+    seen.add(i.name)
+    if i.opcode in _IN_PLACE and i.operands:
+      target = fused.by_name.get(i.operands[0])
+      while target is not None and target.opcode in ("bitcast", "copy"):
+        target = fused.by_name.get(target.operands[0]) if target.operands else None
+      if target is not None and target.opcode == "parameter" and \
+          target.operand_text.strip().isdigit() and \
+          int(target.operand_text) in positions:
+        return True
+    elif i.opcode in ("tuple", "bitcast"):
+      stack.extend(fused.by_name[o] for o in i.operands if o in fused.by_name)
+  return False
+
+
+def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
+  """How `user` reads `operand`: inside a fusion, the fused operations that read the
+  parameter bound to it; elsewhere `user` itself."""
+  fused = _fused(module, user)
+  if fused is None:
+    return [_access(module, user)]
+  out: list[Access] = []
+  for k, o in enumerate(user.operands):
+    if o != operand:
+      continue
+    p = _param(fused, k)
+    stack = list(fused.users.get(p.name, [])) if p is not None else []
+    seen: set[str] = set()
+    while stack:
+      i = stack.pop()
+      if i.name in seen:
+        continue
+      seen.add(i.name)
+      if i.opcode in _VIEW and not _op(i):
+        stack.extend(fused.users.get(i.name, []))
+      else:
+        out.append(_access(module, i))
+  return out or [_access(module, user)]
+
+
+def _dedupe(accesses) -> tuple[Access, ...]:
+  out: list[Access] = []
+  for a in accesses:
+    if a not in out and (a.op or a.location):
+      out.append(a)
+  return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+  """The reads and the in-place update that make XLA copy."""
+  readers: tuple[Access, ...]
+  writer: Access | None
+  into_buffer: bool = False
+
+  def text(self, buffer: str | None) -> str:
+    what = buffer or "the buffer"
+    if self.into_buffer:
+      made = f" (by {self.writer})" if self.writer else ""
+      return (f"the new value of {what} is computed in another buffer{made} and "
+              "copied into the donated one")
+    reads = "; ".join(str(a) for a in self.readers) or "a later use"
+    if self.writer is None:
+      return f"XLA keeps the old value of {what} for {reads}"
+    return (f"XLA keeps the old value of {what} for {reads}, which the in-place "
+            f"update {self.writer} would overwrite")
+
+
+def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
+            ) -> Cause | None:
+  """Why `copy` (a buffer copy of `module`) is there, from the HLO; None when its
+  instruction is not found."""
+  comp = module.computations.get(copy.computation)
+  ins = comp.by_name.get(copy.name) if comp is not None else None
+  if comp is None or ins is None or not ins.operands:
+    return None
+  v = ins.operands[0]
+  if into_buffer:
+    src = comp.by_name.get(v)
+    return Cause((), _access(module, src) if src is not None else None, True)
+  done = comp.by_name.get(copy.done_name) if copy.done_name else None
+  copy_users = comp.users.get((done or ins).name, [])
+  v_users = [u for u in comp.users.get(v, []) if u is not ins]
+  writers = [u for u in copy_users if _writes_in_place(module, comp, u, (done or ins).name)]
+  if writers:
+    readers = [a for u in v_users for a in _reads(module, u, v)]
+    writer = writers[0]
+  else:
+    readers = [a for u in copy_users for a in _reads(module, u, (done or ins).name)]
+    in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
+    writer = in_place[0] if in_place else None
+  return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

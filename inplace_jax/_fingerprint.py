@@ -1,0 +1,199 @@
+"""The arithmetic of a compiled program, as a fingerprint to compare two programs by.
+
+A barrier inplace_jax adds changes no value as long as XLA computes every operation
+whose result depends on how it is compiled exactly as it does in jax.jit's program:
+dots and convolutions (their operand layouts and contracting dimensions decide the
+summation order), reductions (their operand and what is fused into them decide the
+accumulation), and transcendentals (XLA:CPU's scalar and vector code differ in the
+last bit). `fingerprint` lists each such operation with everything that decides its
+arithmetic as the compiled HLO shows it: its operands' shapes and layouts, its
+dimensions, the operations fused into it and the fusion it sits in. Two programs
+whose fingerprints are equal compute those operations alike; where they differ, the
+sequenced program is not run (`_jit.py`), and the report names the operation.
+
+Pure text, like `_hlo.py`. It errs on the side of "different": a difference it
+reports may be harmless, one it misses is a bug.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from ._hlo import Computation, HloModule, Instruction
+from ._report import SourceLocation
+
+# Operations whose result depends on how they are compiled.
+SENSITIVE_OPCODES = frozenset((
+    "dot convolution reduce reduce-window select-and-scatter exponential "
+    "exponential-minus-one log log-plus-one logistic tanh sine cosine tan power atan2 "
+    "erf cbrt rsqrt custom-call").split())
+# Operations that round, and whose rounding can depend on what they are fused with:
+# the cone of operations fused into a sensitive one lists these only. Data movement,
+# selects, comparisons and exact operations move or pick the same values whether
+# fused or read from memory.
+_ROUNDING = frozenset((
+    "add subtract multiply divide remainder power exponential exponential-minus-one "
+    "log log-plus-one logistic tanh sine cosine tan atan2 erf cbrt rsqrt sqrt reduce "
+    "reduce-window dot convolution").split())
+_STRUCTURAL = frozenset({"parameter", "bitcast", "get-tuple-element", "tuple"})
+_ATTRS = ("dimensions", "lhs_contracting_dims", "rhs_contracting_dims",
+          "lhs_batch_dims", "rhs_batch_dims", "window", "dim_labels",
+          "custom_call_target", "feature_group_count", "batch_group_count")
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+  """One sensitive operation: what it is, where the user wrote it, and its form."""
+  op: str | None
+  location: SourceLocation | None
+  form: tuple
+
+  @property
+  def key(self) -> tuple[str, int, str] | None:
+    """(file, line, primitive name), as the analysis keys equations."""
+    if self.op is None or self.location is None:
+      return None
+    return (self.location.file, self.location.line, self.op)
+
+  def __str__(self) -> str:
+    where = f" at {self.location}" if self.location is not None else ""
+    return f"{self.op or self.form[0]}{where}"
+
+
+def _operand_shape(comp: Computation, name: str) -> str:
+  """An operand's shape with its layout."""
+  ins = comp.by_name.get(name)
+  return "?" if ins is None else ins.shape_text
+
+
+_FLOAT_TYPES = ("f16", "bf16", "f32", "f64", "c64", "c128", "f8")
+
+
+def _is_float(ins: Instruction) -> bool:
+  return ins.shape_text.startswith(_FLOAT_TYPES)
+
+
+def _cone(comp: Computation, ins: Instruction) -> tuple[str, ...]:
+  """The floating-point operations fused into `ins` (its operands' producers inside
+  `comp`), sorted (integer index arithmetic does not round)."""
+  out: list[str] = []
+  seen: set[str] = set()
+  stack = list(ins.operands)
+  while stack:
+    name = stack.pop()
+    if name in seen:
+      continue
+    seen.add(name)
+    i = comp.by_name.get(name)
+    if i is None:
+      continue
+    if i.opcode in _ROUNDING and _is_float(i):
+      out.append(f"{i.opcode}:{i.shape_text}")
+    if i.opcode != "parameter":
+      stack.extend(i.operands)
+  return tuple(sorted(out))
+
+
+def _callers(module: HloModule) -> dict[str, Instruction]:
+  out = {}
+  for comp in module.computations.values():
+    for ins in comp.instructions:
+      if ins.opcode == "fusion":
+        name = ins.attributes.get("calls", "").strip().lstrip("%")
+        out[name] = ins
+  return out
+
+
+def _applied(module: HloModule, ins: Instruction) -> str:
+  """The opcodes of a reduction's combiner (`to_apply`)."""
+  name = ins.attributes.get("to_apply", "").strip().lstrip("%")
+  comp = module.computations.get(name)
+  if comp is None:
+    return ""
+  return ",".join(sorted(i.opcode for i in comp.instructions
+                         if i.opcode not in _STRUCTURAL))
+
+
+_ELEMENTWISE_SENSITIVE = frozenset((
+    "exponential exponential-minus-one log log-plus-one logistic tanh sine cosine tan "
+    "power atan2 erf cbrt rsqrt").split())
+
+
+_ROUNDING_COMBINERS = ("add", "multiply", "subtract", "divide")
+
+
+def _order_free(module: HloModule, ins: Instruction) -> bool:
+  """A reduction whose combiner does not round (max, min, argmax, logical): its
+  result does not depend on the order XLA accumulates in."""
+  if ins.opcode not in ("reduce", "reduce-window"):
+    return False
+  applied = _applied(module, ins).split(",")
+  return not any(op in _ROUNDING_COMBINERS for op in applied)
+
+
+def _fma_able(comp: Computation, ins: Instruction) -> bool:
+  """An add or subtract of a product computed in the same fusion: XLA:CPU may
+  contract the pair into one fused multiply-add, and which pair it contracts depends
+  on the fused expression around it."""
+  if ins.opcode not in ("add", "subtract") or not _is_float(ins):
+    return False
+  return any(comp.by_name.get(o) is not None and comp.by_name[o].opcode == "multiply"
+             for o in ins.operands)
+
+
+def _local(comp: Computation, ins: Instruction) -> tuple[str, ...]:
+  """For a fused multiply-add candidate: which operands are products fused with it
+  (contraction is decided by the add and its direct operands)."""
+  kinds = tuple(comp.by_name[o].opcode if o in comp.by_name and
+                comp.by_name[o].opcode == "multiply" else "other" for o in ins.operands)
+  # An add commutes; a subtract does not (which side is the product matters).
+  return tuple(sorted(kinds)) if ins.opcode == "add" else kinds
+
+
+def _context(caller: Instruction | None, comp: Computation, ins: Instruction) -> str:
+  """The fusion an operation sits in: its kind, and its root where the root decides
+  the code (a reduction, or the output of an elementwise chain it feeds)."""
+  if caller is None:
+    return ""
+  kind = caller.attributes.get("kind", "")
+  if ins.opcode not in _ELEMENTWISE_SENSITIVE:
+    return kind
+  roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
+  root = roots[0].opcode if roots else ""
+  return f"{kind}/{'reduce' if root in ('reduce', 'reduce-window') else 'elementwise'}"
+
+
+def fingerprint(module: HloModule) -> collections.Counter:
+  """Every sensitive operation of `module` with the form that decides its result."""
+  callers = _callers(module)
+  out: collections.Counter = collections.Counter()
+  for comp in module.computations.values():
+    caller = callers.get(comp.name)
+    for ins in comp.instructions:
+      if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
+        continue
+      if _order_free(module, ins):
+        continue
+      fusion = _context(caller, comp, ins)
+      if ins.opcode in ("add", "subtract"):
+        form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0])
+      else:
+        form = (ins.opcode, ins.shape_text,
+                tuple(_operand_shape(comp, o) for o in ins.operands),
+                tuple((a, ins.attributes[a]) for a in _ATTRS if a in ins.attributes),
+                _applied(module, ins), _cone(comp, ins) if caller is not None else (),
+                fusion)
+      loc = module.location(ins)
+      op = ins.metadata.get("op_name")
+      out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
+  return out
+
+
+def differences(plain: collections.Counter, other: collections.Counter
+                ) -> list[Operation]:
+  """The operations whose form differs between two fingerprints (those of `plain`
+  that `other` lacks, and the reverse). How many times an operation appears does not
+  count: XLA computes a cheap fused operation once in each fusion that needs it,
+  and each copy computes the same value."""
+  return sorted(set(plain) ^ set(other), key=str)

@@ -1,0 +1,147 @@
+"""One comparison harness: a function under `jax.jit` and under `inplace_jax.jit`,
+on equal inputs, over a chain of steps; outputs compared bit for bit, copies counted
+from both real compiles.
+
+The tests, the fuzzer, the command line, the benchmarks and the examples all compare
+through `compare`, so "equal" and "copies" mean one thing everywhere:
+
+* equal: every output leaf of every step has the same structure, shape and dtype and
+  the same bits (NaNs equal NaNs; the sign of zero counts), `_equal.tree_difference`;
+* copies: the `CopyReport` of each compiled program (`check` for jax.jit's, the
+  report of the program `inplace_jax.jit` runs for ours), verified or not.
+
+Inputs are made by `make_args()` once per variant, so each chain starts from equal
+fresh buffers that the runtime owns (never `jax.device_put` of NumPy memory: on CPU a
+donated buffer aliasing host memory is copied silently, outside the HLO).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from ._check import check
+from ._equal import tree_difference
+from ._report import CopyReport
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One variant's chain: the outputs of every step, the report of its program and
+  the time of its first call (trace, compile, checks and the call itself)."""
+  outputs: tuple[Any, ...]
+  report: CopyReport | None
+  first_call_s: float
+  warnings: tuple[warnings.WarningMessage, ...] = ()
+
+  @property
+  def output(self) -> Any:
+    """The first step's outputs."""
+    return self.outputs[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """`jax.jit` (`reference`) against `inplace_jax.jit` (`candidate`)."""
+  reference: Run
+  candidate: Run
+  difference: str | None
+  fn: Any = None          # the inplace_jax.jit object that ran
+
+  @property
+  def equal(self) -> bool:
+    """Whether every step's outputs are equal bit for bit."""
+    return self.difference is None
+
+  def buffer_bytes(self, min_bytes: int = 1024) -> tuple[int, int]:
+    """Bytes of buffer copies of at least `min_bytes`: (jax.jit, inplace_jax.jit)."""
+    return tuple(sum(c.nbytes for c in r.report.buffer_copies(min_bytes))
+                 for r in (self.reference, self.candidate))
+
+  def copy_bytes(self, min_bytes: int = 1024) -> tuple[int, int]:
+    """Bytes of all copies of at least `min_bytes`: (jax.jit, inplace_jax.jit)."""
+    return tuple(sum(c.nbytes for c in r.report.copies_over(min_bytes))
+                 for r in (self.reference, self.candidate))
+
+  @property
+  def inplace_warnings(self) -> tuple[warnings.WarningMessage, ...]:
+    return self.candidate.warnings
+
+
+def fresh_arrays(tree: Any) -> Any:
+  """Device copies of the array leaves of `tree`, made by XLA (safe to donate)."""
+  return jax.tree.map(lambda a: a.copy() if isinstance(a, jax.Array) else a, tree)
+
+
+def _chain(fn, make_args, steps: int, next_args) -> tuple[tuple[Any, ...], float]:
+  args = make_args()
+  jax.block_until_ready(args)
+  start = time.perf_counter()
+  out = jax.block_until_ready(fn(*args))
+  first = time.perf_counter() - start
+  outs = [out]
+  for _ in range(steps - 1):
+    args = next_args(args, out)
+    out = jax.block_until_ready(fn(*args))
+    outs.append(out)
+  return tuple(outs), first
+
+
+def run_variant(fn: Callable, make_args: Callable[[], tuple], *, steps: int = 1,
+                next_args: Callable[[tuple, Any], tuple] | None = None,
+                report: Callable[[], CopyReport | None] | None = None) -> Run:
+  """Runs one jitted `fn` over a chain of `steps` calls and reports on it."""
+  if steps > 1 and next_args is None:
+    raise ValueError("a chain of steps needs next_args(args, outputs)")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+    outs, first = _chain(fn, make_args, steps, next_args)
+    rep = report() if report is not None else None
+  return Run(outs, rep, first, tuple(caught))
+
+
+def compare(fn: Callable, make_args: Callable[[], tuple] | Sequence[Any], *,
+            donate_argnums: int | Sequence[int] = (),
+            static_argnums: int | Sequence[int] = (), steps: int = 1,
+            next_args: Callable[[tuple, Any], tuple] | None = None,
+            jit_kwargs: dict | None = None, on_copy: str = "warn",
+            min_bytes: int = 1024, **inplace_kwargs) -> Comparison:
+  """`fn` under `jax.jit` and under `inplace_jax.jit`, compared.
+
+  Args:
+    fn: the function (not jitted).
+    make_args: a function of no arguments returning fresh positional arguments, or
+      the arguments themselves (copied afresh for each variant).
+    donate_argnums, static_argnums: as for `jax.jit`, for both variants.
+    steps: how many chained calls; step k+1 gets `next_args(args_k, outputs_k)`.
+    jit_kwargs: more `jax.jit` arguments, for both variants.
+    on_copy, min_bytes, **inplace_kwargs: for `inplace_jax.jit`.
+
+  Returns:
+    A `Comparison`: the outputs, reports, first-call times and warnings of both.
+  """
+  from ._jit import jit as inplace_jit
+  if not callable(make_args):
+    template = tuple(make_args)
+    make_args = lambda: fresh_arrays(template)  # noqa: E731
+  kw = dict(donate_argnums=donate_argnums, static_argnums=static_argnums,
+            **(jit_kwargs or {}))
+  ref_fn = jax.jit(fn, **kw)
+  ours = inplace_jit(fn, on_copy=on_copy, min_bytes=min_bytes, **kw, **inplace_kwargs)
+  reference = run_variant(ref_fn, make_args, steps=steps, next_args=next_args,
+                          report=lambda: check(ref_fn, *make_args()))
+  candidate = run_variant(ours, make_args, steps=steps, next_args=next_args,
+                          report=lambda: ours.last_report)
+  diff = None
+  for k, (a, b) in enumerate(zip(reference.outputs, candidate.outputs, strict=True)):
+    d = tree_difference(a, b)
+    if d is not None:
+      diff = d if steps == 1 else f"step {k + 1}: {d}"
+      break
+  return Comparison(reference, candidate, diff, ours)
