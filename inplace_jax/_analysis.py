@@ -424,8 +424,15 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
       private = {k for k in private if source_key(g.eqns[k]) not in st.hints.tie}
     tied = [r for r in reads if r not in private]
     st.after_pre.setdefault(u, set()).update(r for r in reads if r in private)
-  return [r for r in tied if all(X.cut_safe_var(g.eqns[r], w) for w in g.eqns[r].outvars
-                                 if not C.is_drop_var(w))]
+  safe = []
+  for r in tied:
+    if all(X.cut_safe_var(g.eqns[r], w) for w in g.eqns[r].outvars
+           if not C.is_drop_var(w)):
+      safe.append(r)
+    else:
+      _untied(st, r, u, v, f"its result comes from {g.eqns[r].primitive}, and a "
+              "barrier right after it could change how XLA computes it")
+  return safe
 
 
 def _frontiers(st: _State, tied: list[int], u: int, v):
@@ -437,11 +444,22 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
   for r in tied:
     f = _tie_frontier(st, r, u)
     if f is None:
+      _untied(st, r, u, v, "it feeds a reduction, a transcendental, a dot or a loop "
+              "whose result could change if a barrier moved its fusion")
       continue
     kept.append(r)
     frontier_vars.extend(f[0])
     region |= f[1]
   return frontier_vars, region, kept
+
+
+def _untied(st: _State, r: int, u: int, v, why: str) -> None:
+  g = st.g
+  st.conflicts.append(Conflict(
+      FindingKind.WOULD_CHANGE_ARITHMETIC,
+      f"the read of the {v.aval.str_short()} buffer is not ordered before its "
+      f"update by a barrier: {why}",
+      read=_src(g.eqns[r]), update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
 
 
 def _co_outputs(st: _State, v, p: int | None) -> list[Any]:

@@ -135,6 +135,24 @@ class Cause:
             f"update {self.writer} would overwrite")
 
 
+def _output_producers(module: HloModule) -> set[str]:
+  """Entry instructions whose results are outputs aliased to a parameter: they write
+  their result into that parameter's buffer."""
+  entry = module.entry
+  if entry is None or not entry.instructions:
+    return set()
+  roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
+  out: set[str] = set()
+  for alias in module.aliases:
+    ins, path = roots[0], list(alias.output_index)
+    while ins is not None and (ins.opcode == "bitcast" or (ins.opcode == "tuple" and path)):
+      ins = entry.by_name.get(ins.operands[path.pop(0)] if ins.opcode == "tuple"
+                              else ins.operands[0])
+    if ins is not None:
+      out.add(ins.name)
+  return out
+
+
 def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
             ) -> Cause | None:
   """Why `copy` (a buffer copy of `module`) is there, from the HLO; None when its
@@ -155,7 +173,12 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
     readers = [a for u in v_users for a in _reads(module, u, v)]
     writer = writers[0]
   else:
-    readers = [a for u in copy_users for a in _reads(module, u, (done or ins).name)]
+    # An output computed from the old value (elementwise, `p - lr * g`) and written
+    # into the donated buffer is the update, not a read.
+    outputs = _output_producers(module) if comp.is_entry else set()
+    writes = [u for u in copy_users if u.name in outputs]
+    readers = [a for u in copy_users if u not in writes
+               for a in _reads(module, u, (done or ins).name)]
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
-    writer = in_place[0] if in_place else None
+    writer = (writes or in_place or [None])[0]
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

@@ -125,12 +125,15 @@ class Signature:
       nothing was analysed).
     candidates: every program compiled to decide, in order.
     reason: one sentence on why this program runs.
+    threshold: the size from which a buffer copy is warned about
+      (`significant_bytes`).
   """
   program: Program
   report: CopyReport
   plan: _plan.Plan | None
   candidates: tuple[Candidate, ...]
   reason: str
+  threshold: int = 0
 
   @property
   def chosen(self) -> Candidate:
@@ -254,47 +257,52 @@ class InplaceJitted:
 
   def _decide(self, p, args_flat) -> Signature:
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
-    if plain.report.verified and not _significant(plain.report, self.min_bytes):
-      return self._made(plain, None, (plain,), "jax.jit's program copies no buffer")
+    threshold = significant_bytes(plain.report, self.min_bytes)
+    if plain.report.verified and not plain.report.buffer_copies(threshold):
+      return self._made(plain, None, (plain,), "jax.jit's program copies no buffer",
+                        threshold)
     # Only the buffers jax.jit's program copies are sequenced: the others it
     # already updates in place, and are left exactly as they are.
-    buffers = _copied_buffers(p, plain.report, self.min_bytes)
-    candidates, best, best_plan, first_plan = [plain], plain, None, None
+    buffers = _copied_buffers(p, plain.report, threshold)
+    candidates, best, best_plan, plans = [plain], plain, None, []
     hints, last, seen = _plan.Hints(), plain, []
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
-      first_plan = first_plan or plan
+      plans.append(plan)
       text = str(new.jaxpr)
       if text not in seen and (plan.changed or (
           self._our_options != self._user_options and _has_barrier(new.jaxpr))):
         seen.append(text)
         last = self._compile(p, args_flat, "sequenced", new, self._our_options, plain)
         candidates.append(last)
-        if _improves(last, best, plain, self.min_bytes):
+        if _improves(last, best, plain, threshold):
           best, best_plan = last, plan
-      nxt = _next_hints(hints, last, self.min_bytes)
+      nxt = _next_hints(hints, last, threshold)
       if nxt is None or nxt == hints:
         break
       hints = nxt
-    return self._made(best, best_plan or first_plan, tuple(candidates),
-                      _why(best, plain, candidates, self.min_bytes))
+    return self._made(best, best_plan or plans[-1], tuple(candidates),
+                      _why(best, plain, candidates, threshold), threshold,
+                      notes=[k for q in plans for k in q.all_conflicts()])
 
   def _sequenced(self, p, buffers, hints):
     return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
                           erase_remat_barriers=self._erase_remat, hints=hints)
 
-  def _made(self, chosen: Candidate, plan, candidates, reason: str) -> Signature:
-    report = chosen.report
-    if plan is not None and report.buffer_copies(self.min_bytes):
-      report = report.with_findings(findings_from(plan.all_conflicts()))
+  def _made(self, chosen: Candidate, plan, candidates, reason: str,
+            threshold: int | None = None, notes=None) -> Signature:
+    threshold = self.min_bytes if threshold is None else threshold
+    if notes is None:
+      notes = plan.all_conflicts() if plan is not None else ()
+    report = _explained(chosen.report, _unique(notes), candidates, threshold)
     report = dataclasses.replace(report, program=chosen.program, decision=reason)
-    return Signature(chosen.program, report, plan, tuple(candidates), reason)
+    return Signature(chosen.program, report, plan, tuple(candidates), reason, threshold)
 
   # ------------------------------------------------------------------ messages
 
   def _warn(self, sig: Signature) -> None:
     report = sig.report
-    wasted = [d for d in report.wasted_donations() if d.nbytes >= self.min_bytes]
+    wasted = [d for d in report.wasted_donations() if d.nbytes >= sig.threshold]
     level = _user_stacklevel()
     if wasted:
       # JAX says nothing when it prunes an unused donated argument; say it here.
@@ -304,21 +312,21 @@ class InplaceJitted:
           "updated in place or returned: no output reuses their buffer, so "
           "donating them gains nothing. Stop donating them, or return the "
           "updated value.", InplaceDonationWarning, stacklevel=level)
-    if report.buffer_copies(self.min_bytes) or not report.verified:
-      warnings.warn(_copy_message(self.__name__, report, self.min_bytes),
+    if report.buffer_copies(sig.threshold) or not report.verified:
+      warnings.warn(_copy_message(self.__name__, report, sig.threshold),
                     InplaceCopyWarning, stacklevel=level)
 
   def _raise_if_copies(self, sig: Signature) -> None:
     report = sig.report
-    copies = report.buffer_copies(self.min_bytes)
+    copies = report.buffer_copies(sig.threshold)
     if not copies and report.verified:
       return
     definite = [c for c in (sig.plan.all_conflicts() if sig.plan else ())
                 if c.kind in _plan.DEFINITE
-                and (c.nbytes is None or c.nbytes >= self.min_bytes)]
+                and (c.nbytes is None or c.nbytes >= sig.threshold)]
     if definite:
       raise ConflictError(_conflict_message(self.__name__, definite), definite)
-    raise CopiesFoundError(_copy_message(self.__name__, report, self.min_bytes),
+    raise CopiesFoundError(_copy_message(self.__name__, report, sig.threshold),
                            report=report, copies=copies)
 
   # ------------------------------------------------------------------ jax.jit API
@@ -398,8 +406,17 @@ def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int]:
           sum(x.nbytes for x in r.copies_over(min_bytes)))
 
 
-def _significant(report: CopyReport, min_bytes: int) -> tuple:
-  return report.buffer_copies(min_bytes)
+# A copy of less than this fraction of the donated bytes costs next to nothing next to
+# the work on them (a loop counter, a random key, a small carry beside a large
+# buffer): it is listed in the report, never warned about, and never sequenced.
+SIGNIFICANT_FRACTION = 0.01
+
+
+def significant_bytes(report: CopyReport, min_bytes: int) -> int:
+  """The size from which a buffer copy matters: `min_bytes`, or 1% of the donated
+  bytes if that is more."""
+  donated = sum(d.nbytes for d in report.donations if d.donated)
+  return max(int(min_bytes), int(donated * SIGNIFICANT_FRACTION))
 
 
 def _has_barrier(jaxpr) -> bool:
@@ -455,6 +472,51 @@ def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
   return (f"no sequenced program copies fewer buffer bytes and no more bytes in all "
           f"(best: {sb:,} buffer bytes, {st:,} in all; jax.jit's: {pb:,}, {pt:,}): "
           "jax.jit's program runs")
+
+
+def _at(location: str | None, access) -> bool:
+  """Whether a `file:line[:col] (function)` summary is the source line of `access`."""
+  if not location or access is None or access.location is None:
+    return False
+  return location.startswith(f"{access.location.file}:{access.location.line}:") or \
+      location.startswith(f"{access.location.file}:{access.location.line} ")
+
+
+def _unique(items) -> tuple:
+  out: list = []
+  for x in items:
+    if x not in out:
+      out.append(x)
+  return tuple(out)
+
+
+def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> CopyReport:
+  """`report` with what the analysis knows added to each buffer copy's cause: the
+  conflicts and untied reads at the copy's reads and update, and the arithmetic a
+  sequenced program would have changed. The report's findings are those that
+  explain a copy it lists (nothing about copies that are not there)."""
+  copies = report.buffer_copies(threshold)
+  if not copies:
+    return report
+  changed = [o for c in candidates for o in c.changed if not isinstance(o, str)]
+  used: list = []
+  out = []
+  for c in report.copies:
+    if c not in copies:
+      out.append(c)
+      continue
+    notes = [k for k in conflicts
+             if any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)]
+    used += [k for k in notes if k not in used]
+    extra = [k.message for k in notes]
+    if changed and not notes:
+      ops = "; ".join(sorted({str(o) for o in changed})[:3])
+      extra.append(f"the sequenced program that removes it computes {ops} "
+                   "differently from jax.jit, so jax.jit's program runs")
+    cause = "; ".join([c.cause] * bool(c.cause) + extra) or None
+    out.append(dataclasses.replace(c, cause=cause))
+  report = dataclasses.replace(report, copies=tuple(out))
+  return report.with_findings(findings_from(used))
 
 
 def _copied_buffers(p, report: CopyReport, min_bytes: int) -> tuple[bool, ...]:

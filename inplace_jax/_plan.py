@@ -22,6 +22,8 @@ class FindingKind(enum.StrEnum):
   NOT_IN_PLACE_CARRY = "carry_not_in_place"
   OPAQUE_PRIMITIVE = "opaque_primitive"
   UNSEQUENCED = "unsequenced"
+  # A read left untied: a barrier there could change XLA's arithmetic.
+  WOULD_CHANGE_ARITHMETIC = "tie_would_change_arithmetic"
   # Donation.
   NOT_DONATED = "not_donated"
   NOT_UPDATED = "donated_not_updated"
