@@ -135,21 +135,21 @@ class Cause:
             f"update {self.writer} would overwrite")
 
 
-def _output_producers(module: HloModule) -> set[str]:
-  """Entry instructions whose results are outputs aliased to a parameter: they write
-  their result into that parameter's buffer."""
+def _output_producers(module: HloModule) -> dict[str, int]:
+  """Entry instructions whose results are outputs aliased to a parameter (they write
+  their result into that parameter's buffer), with the parameter's number."""
   entry = module.entry
   if entry is None or not entry.instructions:
-    return set()
+    return {}
   roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
-  out: set[str] = set()
+  out: dict[str, int] = {}
   for alias in module.aliases:
     ins, path = roots[0], list(alias.output_index)
     while ins is not None and (ins.opcode == "bitcast" or (ins.opcode == "tuple" and path)):
       ins = entry.by_name.get(ins.operands[path.pop(0)] if ins.opcode == "tuple"
                               else ins.operands[0])
     if ins is not None:
-      out.add(ins.name)
+      out[ins.name] = alias.parameter
   return out
 
 
@@ -175,10 +175,15 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
     # into the donated buffer is the update, not a read.
-    outputs = _output_producers(module) if comp.is_entry else set()
+    outputs = _output_producers(module) if comp.is_entry else {}
     writes = [u for u in copy_users if u.name in outputs]
     readers = [a for u in copy_users if u not in writes
                for a in _reads(module, u, (done or ins).name)]
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
+    src = comp.by_name.get(v)
+    if src is not None and src.opcode == "parameter" and comp.is_entry:
+      # The donated buffer itself: whatever output is written into it overwrites it.
+      in_place += [comp.by_name[n] for n, k in outputs.items()
+                   if str(k) == src.operand_text.strip() and n in comp.by_name]
     writer = (writes or in_place or [None])[0]
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

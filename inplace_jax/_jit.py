@@ -506,7 +506,8 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
       out.append(c)
       continue
     notes = [k for k in conflicts
-             if any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)]
+             if any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
+             or (k.argument is not None and k.argument == c.buffer)]
     used += [k for k in notes if k not in used]
     extra = [k.message for k in notes]
     if changed and not notes:

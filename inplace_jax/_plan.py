@@ -64,6 +64,7 @@ class Conflict:
   read: str | None = None      # `file:line (function)` of the read, where one is involved
   update: str | None = None    # `file:line (function)` of the update
   nbytes: int | None = None    # size of the buffer that is copied, where known
+  argument: str | None = None  # the donated argument it is about, by name
 
   def locations(self) -> tuple[str, ...]:
     out = []

@@ -119,23 +119,36 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer) -> Plan:
     return plan
   first = plan
   plan = analyzer(jaxpr, kept, False)
-  notes = tuple(_alias_conflict(i, first.flows[i], aliases[i]) for i in dropped)
+  names = _arg_names(jaxpr)
+  notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
       c for c in first.all_conflicts() if c not in plan.all_conflicts()))
 
 
-def _alias_conflict(i: int, flow: int | None, alias: int | None) -> Conflict:
+def _arg_names(jaxpr) -> list[str]:
+  names = getattr(getattr(jaxpr, "debug_info", None), "arg_names", None)
+  n = len(jaxpr.invars)
+  if names is None or len(names) > n:
+    return [f"input {i}" for i in range(n)]
+  # Constants JAX hoisted come first and have no argument name.
+  pad = [f"input {i}" for i in range(n - len(names))]
+  return pad + [str(a) if a else f"input {i + len(pad)}" for i, a in enumerate(names)]
+
+
+def _alias_conflict(name: str, flow: int | None, alias: int | None) -> Conflict:
+  """Why a donated buffer is not sequenced, as JAX's aliasing makes it."""
   if alias is None:
-    msg = (f"donated input {i} is not returned updated: no output has its shape "
-           "and dtype, so XLA keeps the buffer read-only and copies it to update it")
+    msg = (f"no output reuses the buffer of donated {name} (JAX aliases a donated "
+           "input only to an output of its shape and dtype): it cannot be updated "
+           "in place")
   elif flow is None:
-    msg = (f"donated input {i} is aliased to output {alias}, but its updated value "
-           "is not returned: XLA copies it to update it")
+    msg = (f"output {alias} reuses the buffer of donated {name}, but is not computed "
+           f"by updating {name} in place")
   else:
-    msg = (f"donated input {i} is aliased to output {alias} (JAX pairs donated "
-           f"inputs with outputs in order), but its updated value is output {flow}: "
-           "XLA copies it")
-  return Conflict(FindingKind.NOT_ALIASED, msg)
+    msg = (f"the updated {name} is output {flow}, but JAX gives its buffer to output "
+           f"{alias} (it pairs donated inputs with outputs of the same shape and "
+           "dtype, in order): the update cannot be done in its buffer")
+  return Conflict(FindingKind.NOT_ALIASED, msg, argument=name)
 
 
 class _Traced:
