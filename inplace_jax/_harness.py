@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from ._check import check
 from ._equal import tree_difference
@@ -78,17 +79,29 @@ def fresh_arrays(tree: Any) -> Any:
   return jax.tree.map(lambda a: a.copy() if isinstance(a, jax.Array) else a, tree)
 
 
+def host(tree: Any) -> Any:
+  """Host copies of the array leaves of `tree` (typed PRNG keys as their key data):
+  what a step returned, kept before the next step donates those buffers."""
+  def leaf(x):
+    if isinstance(x, jax.Array):
+      if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+      return np.asarray(x)
+    return x
+  return jax.tree.map(leaf, tree)
+
+
 def _chain(fn, make_args, steps: int, next_args) -> tuple[tuple[Any, ...], float]:
   args = make_args()
   jax.block_until_ready(args)
   start = time.perf_counter()
   out = jax.block_until_ready(fn(*args))
   first = time.perf_counter() - start
-  outs = [out]
+  outs = [host(out)]
   for _ in range(steps - 1):
     args = next_args(args, out)
     out = jax.block_until_ready(fn(*args))
-    outs.append(out)
+    outs.append(host(out))
   return tuple(outs), first
 
 

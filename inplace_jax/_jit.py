@@ -124,6 +124,7 @@ class Signature:
     plan: the sequencing plan (None when jax.jit's program copied no buffer and
       nothing was analysed).
     candidates: every program compiled to decide, in order.
+    chosen: the one of them that runs.
     reason: one sentence on why this program runs.
     threshold: the size from which a buffer copy is warned about
       (`significant_bytes`).
@@ -134,10 +135,7 @@ class Signature:
   candidates: tuple[Candidate, ...]
   reason: str
   threshold: int = 0
-
-  @property
-  def chosen(self) -> Candidate:
-    return next(c for c in self.candidates if c.program == self.program)
+  chosen: Candidate | None = None
 
 
 class InplaceJitted:
@@ -296,7 +294,8 @@ class InplaceJitted:
       notes = plan.all_conflicts() if plan is not None else ()
     report = _explained(chosen.report, _unique(notes), candidates, threshold)
     report = dataclasses.replace(report, program=chosen.program, decision=reason)
-    return Signature(chosen.program, report, plan, tuple(candidates), reason, threshold)
+    return Signature(chosen.program, report, plan, tuple(candidates), reason, threshold,
+                     chosen)
 
   # ------------------------------------------------------------------ messages
 

@@ -1,0 +1,49 @@
+"""Real-library programs (Flax, Optax, Equinox, Diffrax, Flashbax, Gymnax), written as
+those libraries' docs write them (`inplace_jax.testing.realworld`), under `jax.jit`
+and `inplace_jax.jit` over a chain of steps:
+
+* every output of every step bit-equal to jax.jit's;
+* never more bytes copied than jax.jit's program (copies of 1 KiB and more);
+* an `InplaceCopyWarning` exactly when the program that runs copies a buffer the
+  user asked to update in place (a donated argument or a loop or branch carry of
+  one) of a size that matters (`significant_bytes`), and every such copy explained.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import inplace_jax
+from inplace_jax._harness import compare
+from inplace_jax._jit import significant_bytes
+from inplace_jax.testing import realworld
+
+PROGRAMS = realworld.programs()
+
+
+def test_every_library_is_installed():
+  """The suite runs on all six libraries (the `test` extra installs them)."""
+  assert not realworld.import_errors, realworld.import_errors
+  assert {p.library for p in PROGRAMS} == set(realworld.LIBRARIES)
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+def test_realworld_program(program):
+  p = program
+  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
+              static_argnums=p.static_argnums, steps=p.steps, next_args=p.next_args)
+  assert c.equal, f"{p.name}: {c.difference}"
+  ours, theirs = c.candidate.report, c.reference.report
+  assert ours.verified and theirs.verified
+  ref_bytes, our_bytes = c.copy_bytes(1024)
+  assert our_bytes <= ref_bytes, (theirs, ours)
+  threshold = significant_bytes(ours, 1024)
+  warned = [w for w in c.inplace_warnings
+            if issubclass(w.category, inplace_jax.InplaceCopyWarning)]
+  copies = ours.buffer_copies(threshold)
+  assert bool(warned) == bool(copies), (warned, ours)
+  assert all(k.cause for k in copies), ours
+  # The signature's report describes the program that ran.
+  sig = c.fn.signatures[-1]
+  assert sig.report is ours and sig.chosen.report.copies == ours.copies or \
+      [k.name for k in sig.chosen.report.copies] == [k.name for k in ours.copies]
