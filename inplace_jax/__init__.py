@@ -14,9 +14,10 @@ from ._check import CopiesUnverifiedError as CopiesUnverifiedError
 from ._check import assert_no_copies as assert_no_copies
 from ._check import check as check
 from ._check import check_compiled as check_compiled
-from ._jit import ConflictError as ConflictError
-from ._jit import InplaceCopyWarning as InplaceCopyWarning
-from ._jit import InplaceDonationWarning as InplaceDonationWarning
+from ._errors import ConflictError as ConflictError
+from ._errors import InplaceCopyWarning as InplaceCopyWarning
+from ._errors import InplaceDonationWarning as InplaceDonationWarning
+from ._errors import InplaceNestingWarning as InplaceNestingWarning
 from ._jit import InplaceJitted as InplaceJitted
 from ._jit import compiler_options as compiler_options
 from ._jit import jit as jit

@@ -174,16 +174,21 @@ def new_source_info():
 
 
 def discharge_refs(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
-  """Turns mutable refs created inside `jaxpr` into values."""
+  """Turns the mutable refs `jaxpr` creates (`jax.new_ref`) into values, their reads
+  and writes into slices and updates; refs passed in stay refs (jax.jit threads
+  those), so the inputs and outputs are unchanged."""
   from jax._src.state.discharge import discharge_state
-  return discharge_state(jaxpr, consts)
+  closed = discharge_state(_core.ClosedJaxpr(jaxpr, list(consts)),
+                           should_discharge=[False] * len(jaxpr.invars))
+  return closed.jaxpr, list(closed.consts)
 
 
-def has_ref_effects(jaxpr: Jaxpr) -> bool:
-  from jax._src.state import types as _state_types
-  return any(isinstance(e, _state_types.RefEffect) for e in jaxpr.effects) or any(
-      isinstance(getattr(v, "aval", None), _state_types.AbstractRef)
-      for v in jaxpr.invars)
+def creates_refs(jaxpr: Jaxpr) -> bool:
+  """Whether `jaxpr` (or a jaxpr inside it) creates a mutable ref."""
+  for e in jaxpr.eqns:
+    if e.primitive is _core.ref_p or _core.internal_mutable_array_effect in e.effects:
+      return True
+  return _core.internal_mutable_array_effect in jaxpr.effects
 
 
 # --------------------------------------------------------------------------- jit
@@ -211,6 +216,14 @@ def backend_erases_barriers(platform: str) -> bool:
   """Whether plain `jax.jit` on this platform erases optimization barriers before
   fusion (so a program compiled with barriers kept fuses differently)."""
   return platform == "cpu"
+
+
+def barriers_kept(platform: str, options) -> bool:
+  """Whether a compilation with these options (key/value pairs) keeps barriers."""
+  if not backend_erases_barriers(platform):
+    return True
+  passes = dict(options or ()).get("xla_disable_hlo_passes", "")
+  return BARRIER_EXPANDER_PASS in str(passes).split(",")
 
 
 def merge_compiler_options(ours: dict[str, Any],
@@ -457,3 +470,12 @@ def hide_frames(path: str) -> None:
   """Hides the frames of files under `path` from user tracebacks, as JAX hides its
   own (and Equinox its)."""
   _traceback_util.register_exclusion(path)
+
+
+def is_ref(x: Any) -> bool:
+  """Whether `x` is a mutable JAX Ref (`jax.new_ref`), concrete or traced."""
+  from jax._src.state.types import AbstractRef
+  try:
+    return isinstance(jax.typeof(x), AbstractRef)
+  except TypeError:
+    return False

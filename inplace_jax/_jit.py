@@ -26,10 +26,12 @@ erased, which changes no value, and an `InplaceNestingWarning` says so once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -49,27 +51,28 @@ ON_COPY = ("warn", "raise", "ignore")
 Program = Literal["jax.jit", "sequenced"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# Set while an inplace_jax.jit traces its function at the top level: a function of
+# ours called inside is then part of a program the outer one sequences as a whole.
+_TRACING = threading.local()
+
+
+@contextlib.contextmanager
+def _outer_trace():
+  depth = getattr(_TRACING, "depth", 0)
+  _TRACING.depth = depth + 1
+  try:
+    yield
+  finally:
+    _TRACING.depth = depth
+
+
+def _inside_ours() -> bool:
+  return getattr(_TRACING, "depth", 0) > 0
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
-class InplaceCopyWarning(UserWarning):
-  """A copy of a buffer the user asked to update in place remains."""
-
-
-class InplaceDonationWarning(UserWarning):
-  """A donated argument's buffer is not reused by any output (donation wasted)."""
-
-
-class InplaceNestingWarning(UserWarning):
-  """An inplace_jax function runs inside a compilation that erases its barriers."""
-
-
-class ConflictError(AssertionError):
-  """Under `on_copy="raise"`: the function needs a copy no ordering can remove."""
-
-  def __init__(self, message: str, conflicts: Sequence[_plan.Conflict]):
-    super().__init__(message)
-    self.conflicts = tuple(conflicts)
+from ._errors import (  # noqa: E402
+    ConflictError, InplaceCopyWarning, InplaceDonationWarning, InplaceNestingWarning)
 
 
 def compiler_options(backend: str | None = None) -> dict[str, Any]:
@@ -89,14 +92,6 @@ def compiler_options(backend: str | None = None) -> dict[str, Any]:
 def findings_from(conflicts: Sequence[_plan.Conflict]) -> tuple[Finding, ...]:
   return tuple(Finding(kind=c.kind, message=c.message, locations=c.locations())
                for c in conflicts)
-
-
-def barriers_kept(platform: str, options: Sequence[tuple[str, Any]] | None) -> bool:
-  """Whether a compilation with these options keeps optimization barriers."""
-  if not C.backend_erases_barriers(platform):
-    return True
-  passes = dict(options or ()).get("xla_disable_hlo_passes", "")
-  return C.BARRIER_EXPANDER_PASS in str(passes).split(",")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,9 +184,16 @@ class InplaceJitted:
 
   # ------------------------------------------------------------------ dispatch
 
-  def _cache_miss(self, *args, **kwargs):
-    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+  def _infer(self, args, kwargs):
     if not C.trace_state_clean():
+      return C.infer_params(self._fun, self._info, args, kwargs)
+    with _outer_trace():
+      return C.infer_params(self._fun, self._info, args, kwargs)
+
+  def _cache_miss(self, *args, **kwargs):
+    nested = not C.trace_state_clean()
+    p, args_flat = self._infer(args, kwargs)
+    if nested:
       outs, _ = C.run_params(self._nested_params(p), args_flat, self._fun, args, kwargs)
       return outs, None, False
     sig = self._signature(p, args_flat)
@@ -202,8 +204,13 @@ class InplaceJitted:
     return outs, fastpath, False
 
   def _nested_params(self, p):
-    """Under another trace: the sequenced program, bound as a nested jit (compiler
-    options are for top-level jits only)."""
+    """Under another trace: bound as a nested jit (compiler options are for
+    top-level jits only). Inside an outer inplace_jax.jit, jax.jit's program,
+    inlined: the outer one decides and sequences the whole program. Elsewhere the sequenced
+    program, whose barriers a compilation that keeps them honours."""
+    if _inside_ours():
+      # Inlined, as XLA inlines calls anyway: the outer analysis sees one program.
+      return C.with_params(p, compiler_options_kvs=(), inline=True)
     jaxpr = C.params_jaxpr(p)
     hit = self._nested.get(id(jaxpr))
     if hit is None or hit[0]() is not jaxpr:
@@ -215,7 +222,7 @@ class InplaceJitted:
     return C.with_params(p, jaxpr=hit[1], compiler_options_kvs=())
 
   def _warn_if_erased(self) -> None:
-    if self._warned_nesting or barriers_kept(self._platform, C.outer_jit_options()):
+    if self._warned_nesting or C.barriers_kept(self._platform, C.outer_jit_options()):
       return
     self._warned_nesting = True
     warnings.warn(
@@ -331,7 +338,7 @@ class InplaceJitted:
   # ------------------------------------------------------------------ jax.jit API
 
   def _params(self, args, kwargs):
-    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+    p, args_flat = self._infer(args, kwargs)
     sig = self._signature(p, args_flat)
     if self.on_copy == "raise":
       self._raise_if_copies(sig)
@@ -349,13 +356,14 @@ class InplaceJitted:
 
   def eval_shape(self, *args, **kwargs):
     """The output shapes and dtypes of a call (nothing is compiled)."""
-    p, args_flat = C.infer_params(self._fun, self._info, args, kwargs)
+    p, args_flat = self._infer(args, kwargs)
     return C.traced(p, args_flat).out_info
 
   def clear_cache(self) -> None:
     C.clear_dispatch(self._dispatch, self._key)
     self._signatures.clear()
     self._nested.clear()
+    self._order.clear()
 
   @property
   def signatures(self) -> tuple[Signature, ...]:

@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
+from . import _compat as C
+
 T = TypeVar("T")
 
 # What `.at[...]` accepts: an int, a slice, an array, `None`, `Ellipsis`, or a tuple
@@ -80,6 +82,7 @@ def after(value: T, *deps: Any) -> T:
     >>> inplace_jax.check(f, x).copies
     ()
   """
+  _no_refs("after", value, *deps)
   # One barrier over value and deps: its outputs exist only once all its operands do,
   # so every consumer of the returned value waits for `deps`.
   value, _ = jax.lax.optimization_barrier((value, deps))
@@ -115,6 +118,7 @@ def swap(x: jax.Array, idx: Index, new: Any) -> tuple[jax.Array, jax.Array]:
     >>> swap_rows.last_report.buffer_copies()
     ()
   """
+  _no_refs("swap", x, new)
   spec, dynamic = _split_index(idx)
   return _swap(spec, x, dynamic, jax.numpy.asarray(new))
 
@@ -153,12 +157,32 @@ def update(x: jax.Array, idx: Index,
     >>> bump.last_report.buffer_copies()
     ()
   """
+  _no_refs("update", x)
   spec, dynamic = _split_index(idx)
   old = jax.eval_shape(lambda x, d: x[_join_index(spec, d)], x, dynamic)
   # The derivative rule needs `fn`'s closed-over traced values as explicit inputs,
   # or gradients with respect to them would be silently zero.
   fn, consts = jax.closure_convert(fn, old)
   return _update(spec, fn, x, dynamic, *consts)
+
+
+# --------------------------------------------------------------------------- refs
+
+_REF_HINT = {
+    "after": "a Ref is read and written in the order the code does it; pass the "
+             "values read from it (r[...]) instead",
+    "swap": "on a Ref write `old = r[idx]; r[idx] = new`: JAX updates a Ref in "
+            "place, and inplace_jax.jit orders the read before the write",
+    "update": "on a Ref write `old = r[idx]; r[idx] = fn(old)`: JAX updates a Ref "
+              "in place, and inplace_jax.jit orders the read before the write",
+}
+
+
+def _no_refs(op: str, *trees: Any) -> None:
+  for leaf in jax.tree.leaves(trees, is_leaf=C.is_ref):
+    if C.is_ref(leaf):
+      raise TypeError(f"inplace_jax.{op} takes arrays, not a JAX Ref: "
+                      f"{_REF_HINT[op]}.")
 
 
 # --------------------------------------------------------------------------- index

@@ -35,7 +35,7 @@ class PassContext:
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
-  if not C.has_ref_effects(jaxpr):
+  if not C.creates_refs(jaxpr):
     return jaxpr, consts
   return C.discharge_refs(jaxpr, consts)
 

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import gc
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ import jax
 from . import _compat as C
 from . import _passes
 from ._analysis import Analyzer
+from ._errors import InplaceNestingWarning
 from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
 from ._rules import is_big
@@ -251,8 +253,20 @@ def sequence(fun: Callable | None = None, *, donate_argnums=None,
   def donated_leaf(key):
     return everything or (key in nums if isinstance(key, int) else key in names)
 
+  warned = []
+
   @functools.wraps(fun)
   def wrapped(*args, **kwargs):
+    if not warned and not C.barriers_kept(jax.default_backend(),
+                                          C.outer_jit_options()):
+      warned.append(True)
+      warnings.warn(
+          f"inplace_jax.sequence({getattr(fun, '__name__', fun)}) runs inside a "
+          f"compilation that erases optimization barriers on {jax.default_backend()} "
+          "(a jax.jit without inplace_jax.compiler_options(), or no jit): the values "
+          "are right, but the copies it orders away may remain. Pass "
+          "compiler_options=inplace_jax.compiler_options() to the outer jax.jit, or "
+          "use inplace_jax.jit.", InplaceNestingWarning, stacklevel=2)
     rec, flat = trace_and_sequence(fun, args, kwargs, donated_leaf, cache,
                                    boundary=False)
     return run_traced(rec, flat)
