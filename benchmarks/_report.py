@@ -114,6 +114,26 @@ def print_compile(rows: list[dict], targets_of) -> None:
           f"{_values(row):>6}  <= {t['bound']:g} {mark(t)}")
 
 
+def print_realworld(rows: list[dict], targets_of) -> None:
+  print("\n== realworld: Flax, Optax, Equinox, Diffrax, Flashbax and Gymnax programs")
+  print(f"{'program':<32} {'1st call jax':>12} {'inplace':>8} {'ratio':>6}  "
+        f"{'warm jax':>9} {'inplace':>8} {'jax/inp':>7}  {'buffer copies j/i':>17} "
+        f"{'bytes j/i':>13}  {'runs':<9} values")
+  for row in rows:
+    v = row["variants"]
+    j, i = v[JAX], v[INPLACE]
+    print(f"{row['case'][:32]:<32} {human_time(j['first_call_s']):>12} "
+          f"{human_time(i['first_call_s']):>8} {row['ratio_first_call']:>5.2f}x  "
+          f"{human_time(j['median_s']):>9} {human_time(i['median_s']):>8} "
+          f"{j['median_s'] / i['median_s']:>6.2f}x  "
+          f"{j['buffer_copies']:>8}/{i['buffer_copies']:<8} "
+          f"{fmt_bytes(j['buffer_bytes']):>6}/{fmt_bytes(i['buffer_bytes']):<6}  "
+          f"{i['program'] or '-':<9} {_values(row)}")
+  if rows:
+    print(f"first call inplace/jax, geometric mean: {rows[0]['geomean_first_call']:.3f} "
+          f"(target <= 1.3)")
+
+
 def print_transform(rows: list[dict], targets_of) -> None:
   print("\n== transform: sequence_jaxpr alone on generated programs (3 donated buffers)")
   print(f"{'eqns (top/all)':<16} {'median':>8} {'us/eqn':>7} {'vs first':>8} "

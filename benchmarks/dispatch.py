@@ -1,7 +1,7 @@
 """Warm-call dispatch overhead: `inplace_jax.jit` against `jax.jit` on a tiny function.
 
-A warm call of `inplace_jax.jit` should go straight to `jax.jit`'s C++ dispatch; the
-target is within 1.1x of `jax.jit`. The function is the #20440 step on a 4x4 buffer,
+A warm call of `inplace_jax.jit` goes straight to `jax.jit`'s C++ dispatch (the
+object's `__call__` is the dispatcher); the target is within 1.05x of `jax.jit`. The function is the #20440 step on a 4x4 buffer,
 so the work is negligible and the time is dispatch. Two numbers per variant, each the
 median over interleaved rounds:
 
@@ -24,7 +24,7 @@ from ._harness import FLOOR, INPLACE, JAX, target
 from .sweep import floor, step
 
 GROUP = "dispatch"
-TARGET = 1.1
+TARGET = 1.05
 
 
 @jax.jit

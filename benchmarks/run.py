@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks import _harness as H  # noqa: E402
 from benchmarks import _report as R  # noqa: E402
 from benchmarks import (  # noqa: E402
-    cases, compile_time, dispatch, loops, sweep, transform)
+    cases, compile_time, dispatch, loops, realworld, sweep, transform)
 
 # name: (module, title, how it runs, how it prints)
 GROUPS = {
@@ -34,6 +34,7 @@ GROUPS = {
     "dispatch": (dispatch, "", "custom", R.print_dispatch),
     "compile": (compile_time, "", "custom", R.print_compile),
     "transform": (transform, "", "custom", R.print_transform),
+    "realworld": (realworld, "", "custom", R.print_realworld),
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -100,7 +101,10 @@ def main(argv=None) -> int:
         results["region_differs"].append(f"{name}/{row['case']}")
       for v, err in row.get("errors", {}).items():
         results["errors"].append(f"{name}/{row['case']}/{v}: {err}")
-    results["groups"][name] = {"rows": rows, "wall_s": time.perf_counter() - t0}
+    summary = getattr(module, "summary_targets", lambda rows: [])(rows)
+    results["targets"] += summary
+    results["groups"][name] = {"rows": rows, "wall_s": time.perf_counter() - t0,
+                               "targets": summary}
     if kind == "cases":
       printer(title, rows, module.targets)
     else:

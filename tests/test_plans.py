@@ -1,0 +1,248 @@
+"""Plan-level tests: what the analysis decides for a jaxpr, without compiling.
+
+In the style of JAX's `assert_dce_result`: transform, `check_jaxpr`, compare
+`eval_jaxpr` of the original and the transformed jaxpr on random inputs, and assert
+the decisions (barriers, splits, moved reads, lowered conditionals, conflicts). Fast,
+and a failure names the rule family that broke. One group per rule family of
+`inplace_jax/_rules/`, plus the conflicts and the hints of the refinement rounds.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import inplace_jax
+from inplace_jax import _plan, _traits
+from inplace_jax import _compat as C
+from inplace_jax._rules import RULES
+
+N = 32
+
+
+def _x(k=0):
+  return jnp.asarray(np.random.default_rng(k).normal(size=(N, N)), jnp.float32)
+
+
+def assert_plan(fn, args, donated=None, *, hints=_plan.Hints(), **expected):
+  """Sequences `fn`'s jaxpr, checks it, checks its values, returns the plan after
+  asserting every `expected` stat (`barriers=1`, `splits=0`, ...) and conflict kind
+  (`conflicts={"read_depends_on_update"}`)."""
+  closed = jax.make_jaxpr(fn)(*args)
+  donated = [True] * len(closed.jaxpr.invars) if donated is None else donated
+  with jax.enable_checks(True):
+    new, plan = inplace_jax.sequence_jaxpr(closed, donated, hints=hints)
+  C.check_jaxpr(new.jaxpr)
+  flat = jax.tree.leaves(args)
+  want = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+  got = jax.core.eval_jaxpr(new.jaxpr, new.consts, *flat)
+  for a, b in zip(want, got, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  kinds = expected.pop("conflicts", None)
+  stats = plan.stats()
+  for k, v in expected.items():
+    assert stats[k] == v, (k, stats, plan)
+  if kinds is not None:
+    assert {c.kind for c in plan.all_conflicts()} == set(kinds), plan
+  return plan
+
+
+# --------------------------------------------------------------------------- traits
+
+
+def test_every_trait_entry_is_a_primitive_of_this_jax():
+  assert _traits.UNRESOLVED == ()
+  assert all(isinstance(p, C.Primitive) for p in _traits.TRAITS)
+
+
+def test_every_rule_is_keyed_by_a_primitive():
+  assert all(isinstance(p, C.Primitive) for p in RULES)
+  for p in (C.dynamic_update_slice_p, C.scatter_add_p, C.jit_p, C.while_p, C.scan_p,
+            C.cond_p, C.remat_p, C.custom_vjp_call_p, C.optimization_barrier_p):
+    assert p in RULES
+
+
+def test_dots_are_not_tie_points():
+  """A barrier after a dot stops XLA folding a following transpose into it."""
+  assert not _traits.has(C.primitive_by_name("dot_general"), _traits.Trait.CUT_SAFE)
+  assert _traits.has(C.primitive_by_name("slice"), _traits.Trait.CUT_SAFE)
+
+
+# --------------------------------------------------------------------------- updates
+
+
+def test_read_before_unique_rmw_is_tied_and_split():
+  def f(x):
+    y = x[0, 0]
+    return x.at[0, 0].add(1.0), y
+  assert_plan(f, (_x(),), barriers=1, splits=1, moved=0)
+
+
+def test_read_only_feeding_its_update_is_not_tied():
+  # Inside a loop nothing is split; the read feeds only the update: ordered by data.
+  def f(x):
+    return lax.fori_loop(0, 3, lambda i, x: x.at[i].set(x[i + 1] * 2.0), x)
+  plan = assert_plan(f, (_x(),), barriers=0, splits=0)
+  assert not plan.changed
+
+
+def test_repeated_index_scatter_add_is_not_split():
+  def f(x):
+    idx = jnp.array([1, 1, 2])
+    return x.at[idx].add(jnp.ones((3, N))), x[5]
+  assert_plan(f, (_x(),), splits=0)
+
+
+def test_read_written_after_its_update_is_moved():
+  def f(x):
+    z = x.at[0, 0].add(1.0)
+    return z, x[0, 0]
+  assert_plan(f, (_x(),), moved=1)
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def test_nested_jit_body_is_sequenced():
+  body = jax.jit(lambda x: (x.at[0, 0].add(1.0), x[0, 0]))
+  plan = assert_plan(body, (_x(),), barriers=1)
+  assert any(sub.changed for info in plan.infos for _, sub in info.subplans)
+
+
+def test_custom_vjp_and_checkpoint_bodies():
+  def body(x):
+    return x.at[3].set(x[4]), x[3].sum()
+
+  @jax.custom_vjp
+  def cv(x):
+    return body(x)
+  cv.defvjp(lambda x: (body(x), None), lambda _, g: (g[0],))
+  for wrap in (cv, jax.checkpoint(body)):
+    assert_plan(wrap, (_x(),))
+
+
+# --------------------------------------------------------------------------- loops
+
+
+def test_while_carry_updated_in_place():
+  def f(x):
+    return lax.while_loop(lambda c: c[1] < 3,
+                          lambda c: (c[0].at[c[1]].set(c[0][c[1] + 1]), c[1] + 1),
+                          (x, 0))[0]
+  plan = assert_plan(f, (_x(),), conflicts=set())
+  loop = next(i for e, i in zip(plan.jaxpr.eqns, plan.infos) if e.primitive is C.while_p)
+  assert loop.uses and loop.uses[0].strong
+
+
+def test_unrolled_scan_gets_an_entry_barrier():
+  def f(x):
+    def body(x, t):
+      return x.at[t + 1].set(x[t] * 0.5), None
+    return lax.scan(body, x, jnp.arange(8), unroll=4)[0]
+  from inplace_jax._rules.loops import EntryBarrier
+  plan = assert_plan(f, (_x(),))
+  assert any(isinstance(i.action, EntryBarrier) for i in plan.infos)
+
+
+def test_scanned_buffer_is_carried():
+  def f(stack, h):
+    def layer(h, k):
+      k = k.at[0].set(h)
+      return jnp.tanh(k[1] + h), k
+    return lax.scan(layer, h, stack)
+  stack = jnp.zeros((4, 8, N))
+  closed = jax.make_jaxpr(f)(stack, jnp.ones(N))
+  new, _ = inplace_jax.sequence_jaxpr(closed, [True, False])
+  scan = next(e for e in new.jaxpr.eqns if e.primitive is C.scan_p)
+  assert scan.params["num_carry"] > 1     # the stack rides the carry
+
+
+def test_carry_not_returned_in_place_is_a_conflict():
+  def f(x, y):
+    return lax.fori_loop(0, 3, lambda i, c: (c[1], c[0].at[i].set(1.0)), (x, y))
+  plan = assert_plan(f, (_x(), _x(1)))
+  assert "carry_not_in_place" in {c.kind for c in plan.all_conflicts()}
+
+
+# --------------------------------------------------------------------------- conditionals
+
+
+def test_cond_updating_first_branch_is_lowered():
+  def f(x, p):
+    return lax.cond(p, lambda x: x, lambda x: x.at[3].set(x[4]), x)
+  plan = assert_plan(f, (_x(), jnp.bool_(True)), [True, False], lowered_conds=1)
+  from inplace_jax._rules.conditionals import LowerCond
+  assert any(isinstance(i.action, LowerCond) for i in plan.infos)
+
+
+def test_cond_with_identity_first_is_kept():
+  def f(x, p):
+    return lax.cond(p, lambda x: x.at[3].set(1.0), lambda x: x, x)
+  assert_plan(f, (_x(), jnp.bool_(True)), [True, False], lowered_conds=0)
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def _read_needs_new(x):
+  z = x.at[0, 0].set(3.0)
+  return z, x[z[0, 0].astype(jnp.int32)]
+
+
+@pytest.mark.parametrize("fn,kind", [
+    (_read_needs_new, "read_depends_on_update"),
+    (lambda x: (x.at[0].set(1.0), x.at[1].set(2.0)), "two_live_updates"),
+    (lambda x: (x.at[0].set(1.0), x), "old_version_escapes"),
+])
+def test_conflicts(fn, kind):
+  plan = assert_plan(fn, (_x(),))
+  assert kind in {c.kind for c in plan.all_conflicts()}
+
+
+def test_untied_read_says_why():
+  """A read whose result comes from a dot is left untied, and the plan says so."""
+  def f(x, w):
+    h = x @ w
+    return x - 0.1 * h, h.sum()
+  plan = assert_plan(f, (_x(), _x(1)), [True, False])
+  assert all(c.kind != "tie_would_change_arithmetic" or "dot" in c.message
+             for c in plan.all_conflicts())
+
+
+# --------------------------------------------------------------------------- hints
+
+
+def _swap_then_read(x):
+  a, b = x[1], x[14]
+  x = x.at[1].set(b).at[14].set(a)
+  return x, x[3].sum()
+
+
+def test_swap_then_read_needs_the_refinement_hints():
+  # Without hints the read feeding the second update reaches a sum through it.
+  assert_plan(_swap_then_read, (_x(),), barriers=0)
+  hints = _plan.Hints(through_updates=True)
+  assert_plan(_swap_then_read, (_x(),), hints=hints, barriers=2)
+
+
+def test_avoid_keeps_barriers_away_from_an_operation():
+  closed = jax.make_jaxpr(_swap_then_read)(_x())
+  scatter = [e for e in closed.jaxpr.eqns if e.primitive is C.scatter_p][-1]
+  frame = C.user_frame(scatter)
+  avoid = frozenset({(frame.file_name, frame.start_line, "scatter")})
+  hints = _plan.Hints(through_updates=True, avoid=avoid)
+  assert_plan(_swap_then_read, (_x(),), hints=hints, barriers=0)
+
+
+def test_tie_hint_ties_a_private_read():
+  def f(x):
+    return x.at[3].set(x[5] * 2.0)
+  closed = jax.make_jaxpr(f)(_x())
+  sl = next(e for e in closed.jaxpr.eqns if e.primitive is C.slice_p)
+  frame = C.user_frame(sl)
+  assert_plan(f, (_x(),), barriers=0)
+  hints = _plan.Hints(tie=frozenset({(frame.file_name, frame.start_line, "slice")}))
+  assert_plan(f, (_x(),), hints=hints, barriers=1)
