@@ -34,6 +34,7 @@ import numpy as np
 
 import inplace_jax
 from inplace_jax._equal import tree_difference
+from inplace_jax._harness import run_variant
 
 REGION = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
@@ -246,9 +247,7 @@ def run_case(case: Case, settings: Settings,
   errors = {}
   for v in variants:
     try:
-      with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        outs[v] = jax.block_until_ready(fns[v](*case.make_args()))
+      outs[v] = run_variant(fns[v], case.make_args).output
     except Exception as e:  # noqa: BLE001 - a failing variant is a result to report
       errors[v] = f"{type(e).__name__}: {e}"
   ok, why = (False, errors.get(INPLACE) or errors.get(JAX) or "not run")

@@ -20,8 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-import inplace_jax
-from inplace_jax._equal import trees_equal
+from inplace_jax._harness import compare as harness_compare
 from inplace_jax._report import format_copy, human_bytes, human_time
 
 
@@ -43,7 +42,8 @@ def _time(fn: Callable, make_args: Callable[[], tuple],
 def compare(name: str, fn: Callable, make_args: Callable[[], tuple], *,
             donate: Sequence[int], next_args: Callable[[Any, tuple], tuple],
             repeat: int = 20, static: Sequence[int] = ()) -> dict[str, Any]:
-  """Runs `fn` under `jax.jit` and `inplace_jax.jit`; returns what was measured.
+  """Runs `fn` under `jax.jit` and `inplace_jax.jit` (the one comparison harness,
+  `inplace_jax._harness.compare`), then times warm calls of each.
 
   Returns:
     A dict with, per variant (`"jax.jit"`, `"inplace_jax.jit"`): `"copies"` (every
@@ -52,24 +52,20 @@ def compare(name: str, fn: Callable, make_args: Callable[[], tuple], *,
     `"equal"`: whether the two outputs are equal bit for bit.
   """
   donate, static = tuple(donate), tuple(static)
-  ref = jax.jit(fn, donate_argnums=donate, static_argnums=static)
-  ours = inplace_jax.jit(fn, donate_argnums=donate, static_argnums=static,
-                         on_copy="ignore")
-  result: dict[str, Any] = {"name": name}
-  for label, jitted in (("jax.jit", ref), ("inplace_jax.jit", ours)):
+  c = harness_compare(fn, make_args, donate_argnums=donate, static_argnums=static,
+                      on_copy="ignore")
+  jitted = {"jax.jit": jax.jit(fn, donate_argnums=donate, static_argnums=static),
+            "inplace_jax.jit": c.fn}
+  result: dict[str, Any] = {"name": name, "equal": c.equal}
+  for label, run in (("jax.jit", c.reference), ("inplace_jax.jit", c.candidate)):
     with warnings.catch_warnings():
       warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-      output = jax.block_until_ready(jitted(*make_args()))
-      report = (ours.last_report if jitted is ours
-                else inplace_jax.check(ref, *make_args()))
-      times = _time(jitted, make_args, next_args, repeat) if repeat else []
+      times = _time(jitted[label], make_args, next_args, repeat) if repeat else []
     result[label] = {
-        "copies": report.copies, "copy_bytes": report.total_copy_bytes,
+        "copies": run.report.copies, "copy_bytes": run.report.total_copy_bytes,
         "median_s": statistics.median(times) if times else None,
-        "report": report, "output": output,
+        "report": run.report, "output": run.output,
     }
-  result["equal"] = trees_equal(result["jax.jit"]["output"],
-                                result["inplace_jax.jit"]["output"])
   return result
 
 

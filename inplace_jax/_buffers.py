@@ -205,28 +205,15 @@ def _layout(shape) -> str:
 def _into_donated(module: HloModule, donated: frozenset[int]) -> dict[str, int]:
   """Entry copies whose result is an output aliased to a donated parameter: XLA
   computed that output elsewhere and copies it into the donated buffer."""
-  entry = module.entry
-  if entry is None or not entry.instructions:
-    return {}
-  roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
   out: dict[str, int] = {}
-  for alias in module.aliases:
-    if alias.parameter not in donated or alias.parameter_index != ():
+  for name, param in module.aliased_outputs().items():
+    ins = module.entry.by_name.get(name) if module.entry else None
+    if param not in donated or ins is None or ins.opcode not in ("copy", "copy-done"):
       continue
-    ins = roots[0]
-    path = list(alias.output_index)
-    while ins is not None:
-      if ins.opcode == "tuple" and path:
-        ins = entry.by_name.get(ins.operands[path.pop(0)])
-      elif ins.opcode == "bitcast" and ins.operands:
-        ins = entry.by_name.get(ins.operands[0])
-      else:
-        break
-    if ins is not None and ins.opcode in ("copy", "copy-done") and not path:
-      if ins.opcode == "copy-done":
-        ins = entry.by_name.get(ins.operands[0])
-      if ins is not None:
-        out[ins.name] = alias.parameter
+    if ins.opcode == "copy-done":
+      ins = module.entry.by_name.get(ins.operands[0])
+    if ins is not None:
+      out[ins.name] = param
   return out
 
 

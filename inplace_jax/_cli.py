@@ -70,6 +70,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._equal import trees_equal
+from ._harness import run_variant
 
 PROG = "python -m inplace_jax"
 
@@ -531,13 +532,13 @@ def _run(variant: Variant, jitted: Callable, args: Sequence[Any], donate: Sequen
     return variant
   inputs = _Inputs(args, donate, feed_back)
   with progress(f"compiling and running under {variant.name}", verbose):
-    call_args = inputs.fresh()
-    start = time.perf_counter()
-    # This output is kept for the comparison and never fed back (donated).
-    variant.output = jax.block_until_ready(jitted(*call_args))
-    variant.first_call_s = time.perf_counter() - start
-    del call_args
-    variant.report = report_fn()
+    # The first call, through the comparison harness every tool shares; the output
+    # is kept (on the host) for the comparison and never fed back.
+    run = run_variant(jitted, inputs.fresh, report=report_fn)
+    variant.output, variant.first_call_s, variant.report = (
+        run.output, run.first_call_s, run.report)
+    for w in run.warnings:    # for the notes `_check` collects
+      warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
   with progress(f"timing {repeat} warm calls under {variant.name}", verbose):
     call_args = inputs.fresh()
     pointers = inputs.pointers(call_args)

@@ -135,24 +135,6 @@ class Cause:
             f"update {self.writer} would overwrite")
 
 
-def _output_producers(module: HloModule) -> dict[str, int]:
-  """Entry instructions whose results are outputs aliased to a parameter (they write
-  their result into that parameter's buffer), with the parameter's number."""
-  entry = module.entry
-  if entry is None or not entry.instructions:
-    return {}
-  roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
-  out: dict[str, int] = {}
-  for alias in module.aliases:
-    ins, path = roots[0], list(alias.output_index)
-    while ins is not None and (ins.opcode == "bitcast" or (ins.opcode == "tuple" and path)):
-      ins = entry.by_name.get(ins.operands[path.pop(0)] if ins.opcode == "tuple"
-                              else ins.operands[0])
-    if ins is not None:
-      out[ins.name] = alias.parameter
-  return out
-
-
 def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
             ) -> Cause | None:
   """Why `copy` (a buffer copy of `module`) is there, from the HLO; None when its
@@ -175,7 +157,7 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
     # into the donated buffer is the update, not a read.
-    outputs = _output_producers(module) if comp.is_entry else {}
+    outputs = module.aliased_outputs() if comp.is_entry else {}
     writes = [u for u in copy_users if u.name in outputs]
     readers = [a for u in copy_users if u not in writes
                for a in _reads(module, u, (done or ins).name)]

@@ -365,6 +365,27 @@ class HloModule:
     root = roots[0] if roots else (self.entry.instructions or [None])[-1]
     return root is not None and isinstance(root.shape, TupleShape)
 
+  def aliased_outputs(self) -> dict[str, int]:
+    """Entry instructions whose results are outputs aliased to a parameter (they are
+    written into that parameter's buffer), looked up through tuples and bitcasts,
+    with the parameter's number."""
+    entry = self.entry
+    if entry is None or not entry.instructions:
+      return {}
+    roots = [i for i in entry.instructions if i.is_root] or entry.instructions[-1:]
+    out: dict[str, int] = {}
+    for alias in self.aliases:
+      if alias.parameter_index != ():
+        continue
+      ins, path = roots[0], list(alias.output_index)
+      while ins is not None and ins.operands and (
+          ins.opcode == "bitcast" or (ins.opcode == "tuple" and path)):
+        ins = entry.by_name.get(ins.operands[path.pop(0)] if ins.opcode == "tuple"
+                                else ins.operands[0])
+      if ins is not None and not (ins.opcode == "tuple" and path):
+        out[ins.name] = alias.parameter
+    return out
+
   def location(self, ins: Instruction) -> SourceLocation | None:
     """User source of `ins` from its `stack_frame_id`, else `source_file`/`source_line`."""
     md = ins.metadata

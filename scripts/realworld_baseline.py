@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 import inplace_jax
+from inplace_jax._harness import host
 from inplace_jax.testing import realworld
 
 MIN_BYTES = 1024
@@ -36,17 +37,7 @@ MIN_BYTES = 1024
 # --------------------------------------------------------------------------- helpers
 
 
-def to_numpy(tree):
-  """Host copies of every array leaf (typed PRNG keys as their key data)."""
-
-  def leaf(x):
-    if isinstance(x, jax.Array):
-      if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        x = jax.random.key_data(x)
-      return np.asarray(x)
-    return x
-
-  return jax.tree.map(leaf, tree)
+to_numpy = host
 
 
 def leaves_equal(a, b) -> tuple[bool, float | None, str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import jax
 
 # Eight CPU devices for the sharding tests; set before any backend starts.
@@ -14,6 +12,7 @@ import pytest
 
 import inplace_jax
 from inplace_jax._equal import tree_difference
+from inplace_jax._harness import compare as harness_compare
 
 # Whether copies that plain jax.jit makes are expected: they are CPU facts (XLA:GPU
 # keeps barriers and orders reads by its schedule, FINDINGS.md).
@@ -33,10 +32,13 @@ def assert_tree_equal(a, b):
 
 
 class Compared:
-  def __init__(self, ref, out, ref_report, report, fn):
-    self.ref, self.out = ref, out
-    self.ref_report, self.report = ref_report, report
-    self.fn = fn
+  """What `compare` measured, named as the tests read it."""
+
+  def __init__(self, c):
+    self.comparison = c
+    self.ref, self.out = c.reference.output, c.candidate.output
+    self.ref_report, self.report = c.reference.report, c.candidate.report
+    self.fn = c.fn
 
   def big_copies(self, min_bytes=1024):
     return self.report.copies_over(min_bytes)
@@ -46,27 +48,19 @@ class Compared:
 
 
 def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
-  """Runs `f` under jax.jit and inplace_jax.jit on equal inputs; values must match
-  exactly and the inplace_jax program must not copy more bytes (in copies of 1 KiB
-  or more) than jax.jit's."""
-  ref_fn = jax.jit(f, donate_argnums=donate_argnums, static_argnums=static_argnums)
-  new_fn = inplace_jax.jit(f, donate_argnums=donate_argnums,
-                           static_argnums=static_argnums, on_copy="ignore",
-                           **jit_kwargs)
-  ref_report = inplace_jax.check(ref_fn, *args)
-  with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-    ref = ref_fn(*fresh(args))
-    out = new_fn(*fresh(args))
-  report = new_fn.last_report
-  assert report is not None and report.verified, report
-  assert ref_report.verified
-  assert_tree_equal(ref, out)
-  # Copies under 1 KiB (loop counters, scalars) are noise for this comparison.
-  ours = sum(c.nbytes for c in report.copies_over(1024))
-  theirs = sum(c.nbytes for c in ref_report.copies_over(1024))
-  assert ours <= theirs, (ref_report, report)
-  return Compared(ref, out, ref_report, report, new_fn)
+  """Runs `f` under jax.jit and inplace_jax.jit on equal inputs (the one comparison
+  harness, `inplace_jax._harness.compare`); values must match exactly and the
+  inplace_jax program must not copy more bytes (in copies of 1 KiB or more) than
+  jax.jit's."""
+  c = harness_compare(f, args, donate_argnums=donate_argnums,
+                      static_argnums=static_argnums, on_copy="ignore", **jit_kwargs)
+  assert c.candidate.report is not None and c.candidate.report.verified, c.candidate
+  assert c.reference.report.verified
+  assert c.difference is None, (f"{c.difference}\n  jax.jit:     {c.reference.output!r}"
+                                f"\n  inplace_jax: {c.candidate.output!r}")
+  theirs, ours = c.copy_bytes(1024)
+  assert ours <= theirs, (c.reference.report, c.candidate.report)
+  return Compared(c)
 
 
 @pytest.fixture
