@@ -840,7 +840,8 @@ def _flows(st: _State) -> tuple[tuple[int | None, ...], tuple[bool, ...]]:
   for i, v in enumerate(g.jaxpr.outvars):
     if not C.is_literal(v) and v not in out_index:
       out_index[v] = i
-  flows, strong = [], []
+  flows: list[int | None] = []
+  strong: list[bool] = []
   for v, b in zip(g.jaxpr.invars, st.buffers, strict=True):
     if not b:
       flows.append(None)

@@ -210,7 +210,7 @@ def _into_donated(module: HloModule, donated: frozenset[int]) -> dict[str, int]:
     ins = module.entry.by_name.get(name) if module.entry else None
     if param not in donated or ins is None or ins.opcode not in ("copy", "copy-done"):
       continue
-    if ins.opcode == "copy-done":
+    if ins.opcode == "copy-done" and module.entry is not None:
       ins = module.entry.by_name.get(ins.operands[0])
     if ins is not None:
       out[ins.name] = param

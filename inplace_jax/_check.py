@@ -283,15 +283,15 @@ def _donations(compiled: Any, modules: Sequence[_hlo.HloModule],
       out = a.output_index if (a.output_index or result_is_tuple) else (0,)
       aliased.setdefault(a.parameter, out)
 
-  out = []
+  infos: list[DonationInfo] = []
   for (path, info), name, p in zip(leaves, names, param_of, strict=True):
     shape, dtype, nbytes = _leaf_type(info)
     donated = bool(getattr(info, "donated", False))
-    out.append(DonationInfo(
+    infos.append(DonationInfo(
         argument=name, parameter=p, shape=shape, dtype=dtype, nbytes=nbytes,
         donated=donated,
         aliased_output=aliased.get(p) if donated and p is not None else None))
-  return tuple(out)
+  return tuple(infos)
 
 
 # --------------------------------------------------------------------------- assertions

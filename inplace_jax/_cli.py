@@ -483,7 +483,7 @@ class _Inputs:
     import jax
     if not self.feed_back:
       return
-    by_pointer = {}
+    by_pointer: dict[int, int] = {}
     for k, leaf in enumerate(jax.tree.leaves(out)):
       p = _pointer(leaf)
       if p is not None:
@@ -534,7 +534,7 @@ def _run(variant: Variant, jitted: Callable, args: Sequence[Any], donate: Sequen
   with progress(f"compiling and running under {variant.name}", verbose):
     # The first call, through the comparison harness every tool shares; the output
     # is kept (on the host) for the comparison and never fed back.
-    run = run_variant(jitted, inputs.fresh, report=report_fn)
+    run = run_variant(jitted, lambda: tuple(inputs.fresh()), report=report_fn)
     variant.output, variant.first_call_s, variant.report = (
         run.output, run.first_call_s, run.report)
     for w in run.warnings:    # for the notes `_check` collects

@@ -107,7 +107,7 @@ core_call_p = _core.call_p
 try:  # shard_map moved between modules over JAX versions.
   from jax._src.shard_map import shard_map_p  # noqa: E402
 except ImportError:  # pragma: no cover - other JAX versions
-  shard_map_p = None
+  shard_map_p = None  # type: ignore[assignment]
 
 SCATTER_PRIMITIVES = (scatter_p, scatter_add_p, scatter_sub_p, scatter_mul_p,
                       scatter_min_p, scatter_max_p)
@@ -304,7 +304,7 @@ eval_jaxpr = _core.eval_jaxpr
 
 
 def checks_enabled() -> bool:
-  return bool(jax.config.jax_enable_checks)
+  return bool(jax.config.read("jax_enable_checks"))
 
 
 def resolve_argnums(fun, donate_argnums, donate_argnames, static_argnums,
@@ -451,7 +451,7 @@ def outer_jit_options() -> tuple[tuple[str, Any], ...] | None:
   of its own, without options)."""
   import sys
   code = _pjit._trace_for_jit.__code__
-  frame = sys._getframe(1)
+  frame: Any = sys._getframe(1)
   found = None
   while frame is not None:
     if frame.f_code is code:

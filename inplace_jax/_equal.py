@@ -17,7 +17,7 @@ def tree_difference(a: Any, b: Any) -> str | None:
   """None when `a` and `b` are equal bit for bit, else what differs first."""
   la, ta = jax.tree_util.tree_flatten(a)
   lb, tb = jax.tree_util.tree_flatten(b)
-  if ta != tb:
+  if str(ta) != str(tb):
     return f"output structures differ: {ta} vs {tb}"
   for i, (x, y) in enumerate(zip(la, lb, strict=True)):
     x, y = np.asarray(x), np.asarray(y)

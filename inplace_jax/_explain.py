@@ -151,6 +151,7 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
   copy_users = comp.users.get((done or ins).name, [])
   v_users = [u for u in comp.users.get(v, []) if u is not ins]
   writers = [u for u in copy_users if _writes_in_place(module, comp, u, (done or ins).name)]
+  writer: Instruction | None
   if writers:
     readers = [a for u in v_users for a in _reads(module, u, v)]
     writer = writers[0]
@@ -167,5 +168,5 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
       # The donated buffer itself: whatever output is written into it overwrites it.
       in_place += [comp.by_name[n] for n, k in outputs.items()
                    if str(k) == src.operand_text.strip() and n in comp.by_name]
-    writer = (writes or in_place or [None])[0]
+    writer = (writes or in_place)[0] if (writes or in_place) else None
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

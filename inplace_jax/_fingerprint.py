@@ -176,6 +176,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
       if _order_free(module, ins):
         continue
       fusion = _context(caller, comp, ins)
+      form: tuple
       if ins.opcode in ("add", "subtract"):
         form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0])
       else:

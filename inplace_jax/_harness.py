@@ -61,17 +61,23 @@ class Comparison:
 
   def buffer_bytes(self, min_bytes: int = 1024) -> tuple[int, int]:
     """Bytes of buffer copies of at least `min_bytes`: (jax.jit, inplace_jax.jit)."""
-    return tuple(sum(c.nbytes for c in r.report.buffer_copies(min_bytes))
-                 for r in (self.reference, self.candidate))
+    a, b = (_report(r).buffer_copies(min_bytes) for r in (self.reference, self.candidate))
+    return sum(c.nbytes for c in a), sum(c.nbytes for c in b)
 
   def copy_bytes(self, min_bytes: int = 1024) -> tuple[int, int]:
     """Bytes of all copies of at least `min_bytes`: (jax.jit, inplace_jax.jit)."""
-    return tuple(sum(c.nbytes for c in r.report.copies_over(min_bytes))
-                 for r in (self.reference, self.candidate))
+    a, b = (_report(r).copies_over(min_bytes) for r in (self.reference, self.candidate))
+    return sum(c.nbytes for c in a), sum(c.nbytes for c in b)
 
   @property
   def inplace_warnings(self) -> tuple[warnings.WarningMessage, ...]:
     return self.candidate.warnings
+
+
+def _report(run: Run) -> CopyReport:
+  if run.report is None:
+    raise ValueError("this run made no report")
+  return run.report
 
 
 def fresh_arrays(tree: Any) -> Any:
@@ -123,7 +129,7 @@ def compare(fn: Callable, make_args: Callable[[], tuple] | Sequence[Any], *,
             donate_argnums: int | Sequence[int] = (),
             static_argnums: int | Sequence[int] = (), steps: int = 1,
             next_args: Callable[[tuple, Any], tuple] | None = None,
-            jit_kwargs: dict | None = None, on_copy: str = "warn",
+            jit_kwargs: dict | None = None, on_copy: Any = "warn",
             min_bytes: int = 1024, **inplace_kwargs) -> Comparison:
   """`fn` under `jax.jit` and under `inplace_jax.jit`, compared.
 

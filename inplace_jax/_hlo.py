@@ -362,8 +362,10 @@ class HloModule:
     if self.entry is None:
       return False
     roots = [i for i in self.entry.instructions if i.is_root]
-    root = roots[0] if roots else (self.entry.instructions or [None])[-1]
-    return root is not None and isinstance(root.shape, TupleShape)
+    if not roots and not self.entry.instructions:
+      return False
+    root = roots[0] if roots else self.entry.instructions[-1]
+    return isinstance(root.shape, TupleShape)
 
   def aliased_outputs(self) -> dict[str, int]:
     """Entry instructions whose results are outputs aliased to a parameter (they are
@@ -377,7 +379,8 @@ class HloModule:
     for alias in self.aliases:
       if alias.parameter_index != ():
         continue
-      ins, path = roots[0], list(alias.output_index)
+      ins: Instruction | None = roots[0]
+      path = list(alias.output_index)
       while ins is not None and ins.operands and (
           ins.opcode == "bitcast" or (ins.opcode == "tuple" and path)):
         ins = entry.by_name.get(ins.operands[path.pop(0)] if ins.opcode == "tuple"
@@ -524,15 +527,15 @@ def _parse_table_entry(module: HloModule, table: str, s: str) -> None:
     m = _TABLE_STR_RE.match(s)
     if not m:
       raise HloParseError(f"{table} entry not understood")
-    target = module.file_names if table == "FileNames" else module.function_names
-    target[int(m.group(1))] = unescape(m.group(2))
+    names = module.file_names if table == "FileNames" else module.function_names
+    names[int(m.group(1))] = unescape(m.group(2))
   elif table in ("FileLocations", "StackFrames"):
     m = _TABLE_REC_RE.match(s)
     if not m:
       raise HloParseError(f"{table} entry not understood")
     rec = {k: int(v) for k, v in _INT_KV_RE.findall(m.group(2))}
-    target = module.file_locations if table == "FileLocations" else module.stack_frames
-    target[int(m.group(1))] = rec
+    records = module.file_locations if table == "FileLocations" else module.stack_frames
+    records[int(m.group(1))] = rec
 
 
 def parse_hlo(text: str) -> tuple[tuple[HloModule, ...], list[str]]:

@@ -136,6 +136,8 @@ class Signature:
 class InplaceJitted:
   """A function compiled by `inplace_jax.jit`. Call it like a `jax.jit` function."""
 
+  __name__: str          # set from the function by functools.update_wrapper
+
   def __init__(self, fun: Callable, *, donate_argnums=None, donate_argnames=None,
                static_argnums=None, static_argnames=None, on_copy: OnCopy = "warn",
                min_bytes: int = 1024, compiler_options=None, **jit_kwargs):
@@ -521,7 +523,7 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
       ops = "; ".join(sorted({str(o) for o in changed})[:3])
       extra.append(f"the sequenced program that removes it computes {ops} "
                    "differently from jax.jit, so jax.jit's program runs")
-    cause = "; ".join([c.cause] * bool(c.cause) + extra) or None
+    cause = "; ".join(([c.cause] if c.cause else []) + extra) or None
     out.append(dataclasses.replace(c, cause=cause))
   report = dataclasses.replace(report, copies=tuple(out))
   return report.with_findings(findings_from(used))
@@ -552,7 +554,7 @@ def _reader_keys(report: CopyReport, min_bytes: int) -> frozenset:
 def _user_stacklevel() -> int:
   """The `stacklevel` that points a warning at the first frame outside inplace_jax
   and JAX (the user's call)."""
-  frame = sys._getframe(1)
+  frame: Any = sys._getframe(1)
   level = 1
   while frame is not None:
     path = os.path.abspath(frame.f_code.co_filename)

@@ -335,7 +335,7 @@ def _copy_lines(r: CopyReport) -> list[str]:
   elif r.verified:
     lines.append("No copies of buffers.")
   if rest:
-    kinds = {}
+    kinds: dict[str, int] = {}
     for c in rest:
       kinds[c.category] = kinds.get(c.category, 0) + 1
     parts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))

@@ -253,7 +253,7 @@ def sequence(fun: Callable | None = None, *, donate_argnums=None,
   def donated_leaf(key):
     return everything or (key in nums if isinstance(key, int) else key in names)
 
-  warned = []
+  warned: list[bool] = []
 
   @functools.wraps(fun)
   def wrapped(*args, **kwargs):

@@ -75,7 +75,7 @@ def split_read(eqn: C.JaxprEqn, operand, indices) -> tuple[list[C.JaxprEqn], Any
   """The gather that reads what a read-modify-write scatter is about to modify."""
   p = eqn.params
   dn = p["dimension_numbers"]
-  updates_aval = eqn.invars[2].aval
+  updates_aval: Any = eqn.invars[2].aval
   window = [d for d in range(operand.aval.ndim)
             if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims]
   slice_sizes = [1] * operand.aval.ndim
@@ -94,7 +94,7 @@ def split_read(eqn: C.JaxprEqn, operand, indices) -> tuple[list[C.JaxprEqn], Any
                       unique_indices=p["unique_indices"], mode=p["mode"])
 
   eqns, (old,) = _build.trace_eqns(read, [operand, indices], eqn)
-  if old.aval.shape != updates_aval.shape:
+  if getattr(old.aval, "shape", None) != updates_aval.shape:
     raise AssertionError("inplace_jax internal error: gather/scatter shapes differ "
                          f"({old.aval.shape} vs {updates_aval.shape}); please report.")
   return eqns, old
