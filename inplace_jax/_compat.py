@@ -304,7 +304,8 @@ eval_jaxpr = _core.eval_jaxpr
 
 
 def checks_enabled() -> bool:
-  return bool(jax.config.read("jax_enable_checks"))
+  from jax._src import config as _config
+  return bool(_config.enable_checks.value)
 
 
 def resolve_argnums(fun, donate_argnums, donate_argnames, static_argnums,
