@@ -14,6 +14,7 @@ Nothing is executed and nothing is allocated when the arguments are
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -24,8 +25,6 @@ from . import _buffers
 from . import _compat
 from . import _hlo
 from ._report import CopyInfo, CopyReport, DonationInfo, format_copy, human_bytes
-
-_ERR_PREFIX = "[inplace_jax] "
 
 
 class CopiesFoundError(AssertionError):
@@ -297,50 +296,61 @@ def _donations(compiled: Any, modules: Sequence[_hlo.HloModule],
 # --------------------------------------------------------------------------- assertions
 
 
-def _failure(message: str, custom: str | None) -> str:
-  # Same shape as chex's messages: prefix, assertion name, message, [custom message].
-  text = f"{_ERR_PREFIX}Assertion assert_no_copies failed: {message}"
-  return f"{text} [{custom}]" if custom else text
+def _copies_message(report: CopyReport, copies, min_bytes: int) -> str:
+  total = sum(c.nbytes for c in copies)
+  mods = ", ".join(report.modules) or "?"
+  lines = [f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'} of at least "
+           f"{min_bytes:,} bytes in the compiled program ({mods}, backend "
+           f"{report.backend}), {total:,} bytes ({human_bytes(total)}) per call:"]
+  lines += [f"  {i}. {format_copy(c)}" for i, c in enumerate(copies, start=1)]
+  wasted = report.wasted_donations()
+  if wasted:
+    lines.append("Donated but not aliased (donation wasted): " +
+                 ", ".join(d.argument for d in wasted))
+  undonated = [d.argument for d in report.donations if not d.donated]
+  if undonated and any(c.source == "parameter" for c in copies):
+    lines.append("Not donated: " + ", ".join(undonated) +
+                 " (an updated argument that is not donated needs one copy)")
+  lines.append("Each copy reads and writes the whole buffer on every call (every "
+               "iteration, in a loop). The source line is where the copied value is "
+               "used; inplace_jax.jit orders reads before updates to remove such "
+               "copies, and str(error.report) shows the full report.")
+  return "\n".join(lines)
+
+
+def _no_copies(report: CopyReport, min_bytes: int) -> None:
+  """The check itself: raises `AssertionError` with what failed."""
+  if not report.verified:
+    problems = "\n".join(f"  - {p}" for p in report.problems) or "  - (none recorded)"
+    raise AssertionError(
+        "the compiled HLO could not be fully read, so the absence of copies cannot "
+        f"be asserted (backend {report.backend}, jax {report.jax_version}). "
+        f"Problems:\n{problems}\nIf this is real XLA output, please report it to "
+        "inplace_jax with the text of compiled.as_text() attached.")
+  copies = report.copies_over(min_bytes)
+  if copies:
+    raise AssertionError(_copies_message(report, copies, min_bytes))
+
+
+# chex's assertion machinery: its message prefix, the custom message, and
+# `chex.disable_asserts()` / `chex.enable_asserts()`.
+_chex_no_copies = _compat.chex_assertion(_no_copies, name="assert_no_copies")
 
 
 def assert_report_no_copies(report: CopyReport, min_bytes: int = 1024,
                             msg: str | None = None) -> CopyReport:
   """Raises unless `report` is verified and has no copy of at least `min_bytes`.
 
+  A chex assertion: disabled by `chex.disable_asserts()`, and `msg` is appended as
+  chex appends a custom message.
+
   Raises:
     CopiesUnverifiedError: the report is not verified.
     CopiesFoundError: copies of at least `min_bytes` were found; all are listed.
   """
-  if not report.verified:
-    problems = "\n".join(f"  - {p}" for p in report.problems) or "  - (none recorded)"
-    raise CopiesUnverifiedError(
-        _failure("the compiled HLO could not be fully read, so the absence of copies "
-                 f"cannot be asserted (backend {report.backend}, jax "
-                 f"{report.jax_version}). Problems:\n{problems}\n"
-                 "If this is real XLA output, please report it to inplace_jax with "
-                 "the text of compiled.as_text() attached.", msg),
-        report=report, copies=report.copies_over(min_bytes))
-  copies = report.copies_over(min_bytes)
-  if copies:
-    total = sum(c.nbytes for c in copies)
-    mods = ", ".join(report.modules) or "?"
-    lines = [f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'} of at least "
-             f"{min_bytes:,} bytes in the compiled program ({mods}, backend "
-             f"{report.backend}), {total:,} bytes ({human_bytes(total)}) per call:"]
-    lines += [f"  {i}. {format_copy(c)}" for i, c in enumerate(copies, start=1)]
-    wasted = report.wasted_donations()
-    if wasted:
-      lines.append("Donated but not aliased (donation wasted): " +
-                   ", ".join(d.argument for d in wasted))
-    undonated = [d.argument for d in report.donations if not d.donated]
-    if undonated and any(c.source == "parameter" for c in copies):
-      lines.append("Not donated: " + ", ".join(undonated) +
-                   " (an updated argument that is not donated needs one copy)")
-    lines.append("Each copy reads and writes the whole buffer on every call (every "
-                 "iteration, in a loop). The source line is where the copied value is "
-                 "used; inplace_jax.jit orders reads before updates to remove such "
-                 "copies, and str(error.report) shows the full report.")
-    raise CopiesFoundError(_failure("\n".join(lines), msg), report=report, copies=copies)
+  kind = CopiesFoundError if report.verified else CopiesUnverifiedError
+  error = functools.partial(kind, report=report, copies=report.copies_over(min_bytes))
+  _chex_no_copies(report, min_bytes, custom_message=msg, exception_type=error)
   return report
 
 

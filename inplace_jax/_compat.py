@@ -480,3 +480,13 @@ def is_ref(x: Any) -> bool:
     return isinstance(jax.typeof(x), AbstractRef)
   except TypeError:
     return False
+
+
+# --------------------------------------------------------------------------- chex
+
+
+def chex_assertion(fn: Callable, name: str) -> Callable:
+  """`fn` (raising `AssertionError`) as a chex host assertion: chex's message prefix,
+  `custom_message=` and `exception_type=`, and `chex.disable_asserts()`."""
+  from chex._src.asserts_internal import chex_assertion as _chex_assertion
+  return _chex_assertion(fn, None, name=name)

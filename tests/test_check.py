@@ -73,14 +73,20 @@ def test_20440_assert_no_copies_names_both():
     inplace_jax.assert_no_copies(xla_20440, BIG, donate_argnums=0, msg="see #20440")
   err = info.value
   text = str(err)
-  assert text.startswith("[inplace_jax] Assertion assert_no_copies failed:")
+  assert text.startswith("[Chex] Assertion assert_no_copies failed:")
   assert text.endswith("[see #20440]")
   assert len(err.copies) == 2 and err.report is not None
   assert text.count("400,000,000 bytes") == 2
   for c in err.copies:
     assert f"{c.location.file}:{c.location.line}" in text
-  # Usable like any assertion, next to chex's.
+  # Usable like any assertion, next to chex's, and switched off with them.
   assert isinstance(err, AssertionError)
+  import chex
+  chex.disable_asserts()
+  try:
+    inplace_jax.assert_no_copies(xla_20440, BIG, donate_argnums=0)
+  finally:
+    chex.enable_asserts()
 
 
 def test_compiler_options_reach_the_compile():
