@@ -13,7 +13,7 @@ decode loop would). `run_case` then, for each variant,
 
 Inputs are created by jitted functions: on CPU `jax.device_put(numpy_array)` can alias
 numpy memory, and donating such an array makes the runtime copy it silently, outside
-the HLO (FINDINGS.md, "Harness pitfall").
+the HLO (docs/xla_notes.md, "Harness pitfalls").
 """
 
 from __future__ import annotations

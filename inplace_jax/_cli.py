@@ -24,7 +24,7 @@ positional arguments (its arguments come first). An `--arg` is one of:
 
 Arrays are made by a jitted function, never by `jax.device_put` of NumPy memory:
 on CPU a donated buffer that aliases host memory is copied by the runtime, silently
-and outside the HLO (see FINDINGS.md), which would make the timings lie.
+and outside the HLO (see docs/xla_notes.md), which would make the timings lie.
 
 Timing: a donated buffer is consumed by the call that receives it, so each timed
 call needs a fresh valid input. By default each call is given the outputs of the

@@ -1,9 +1,10 @@
 """Every JAX-version-specific detail inplace_jax relies on, in one place.
 
 The rest of the package imports JAX internals only through this module. When JAX
-renames a primitive or moves a helper, this is the file to change, and the
-`tests/test_compat.py` checks say which assumption broke (a walker that silently
-stops finding, say, nested jits is the failure mode this module exists to prevent).
+renames a primitive or moves a helper, this is the file to change, and the tests say
+which assumption broke (`tests/test_plans.py` checks every primitive the trait table
+and the rules name; a walker that silently stops finding, say, nested jits is the
+failure mode this module exists to prevent).
 
 Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 """
@@ -73,7 +74,7 @@ def is_literal(v: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- primitives
-# Dispatch is on primitive objects, never on names (see STYLE.md: kfac-jax broke when
+# Dispatch is on primitive objects, never on names (kfac-jax's walker broke when
 # `pjit` became `jit`).
 
 dynamic_update_slice_p = _slicing.dynamic_update_slice_p
@@ -200,7 +201,7 @@ def jit_cache_size(jitted: Any) -> int:
 
 # --------------------------------------------------------------------------- compile options
 # CPU erases optimization barriers (pass `cse_barrier_expander`) before copy insertion,
-# so the order they express is lost and copies come back (FINDINGS.md). Keeping the
+# so the order they express is lost and copies come back (docs/xla_notes.md). Keeping the
 # pass disabled lets barriers reach copy insertion. On GPU the expander runs after
 # scheduling, so nothing is needed.
 BARRIER_EXPANDER_PASS = "cse_barrier_expander"

@@ -15,7 +15,7 @@ from inplace_jax._equal import tree_difference
 from inplace_jax._harness import compare as harness_compare
 
 # Whether copies that plain jax.jit makes are expected: they are CPU facts (XLA:GPU
-# keeps barriers and orders reads by its schedule, FINDINGS.md).
+# keeps barriers and orders reads by its schedule, docs/xla_notes.md).
 ON_CPU = jax.default_backend() == "cpu"
 
 

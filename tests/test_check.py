@@ -90,7 +90,7 @@ def test_20440_assert_no_copies_names_both():
 
 
 def test_compiler_options_reach_the_compile():
-  # FINDINGS.md: XLA's region analysis removes both copies of this example.
+  # XLA's region analysis removes both copies of this example (openxla/xla#20440).
   opts = {"xla_cpu_copy_insertion_use_region_analysis": True}
   report = inplace_jax.assert_no_copies(xla_20440, MAT, donate_argnums=0,
                                         compiler_options=opts)
@@ -232,7 +232,7 @@ def test_copy_in_a_conditional_branch():
   report = inplace_jax.check(cond_update, MAT, S((), jnp.bool_), donate_argnums=0)
   assert report.verified
   branch = [c for c in _full(report, MAT_BYTES) if c.role == "branch"]
-  assert branch  # FINDINGS.md: a copy survives in a branch
+  assert branch  # a copy survives in a branch (docs/xla_notes.md)
   for c in branch:
     # Traced out of the branch, through the conditional, to the argument.
     assert c.source == "parameter" and c.parameter == "x"
