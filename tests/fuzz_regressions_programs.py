@@ -1,0 +1,510 @@
+"""Minimised programs from the differential fuzzer (`inplace_jax.testing.fuzz`), as data
+for tests/test_fuzz_regressions.py.
+
+Each function is plain, importable JAX code; `REGRESSIONS` lists it with its donated
+buffers and the inputs it failed on (`inplace_jax.testing.fuzz.make_inputs` with
+`data` and `data_seed`). The test runs each under `jax.jit` and `inplace_jax.jit`
+(every argument donated) through the fuzzer's oracle, in a worker process (some of
+them aborted the process inside XLA's compiler), and requires no failure: bit-for-bit
+equal outputs, verified HLO reports on both sides and no more copy bytes under
+inplace_jax.jit. The docstring of each function says where it was found, which
+oracle failed and what was measured when it was added. Programs above the "found at
+b261c3c" line were found at 38d49d9 or before and pass since b261c3c; those under
+it pass since 87da8aa; those under "failing at 87da8aa" failed there and pass since
+546c132.
+
+`switch_zeroes_buffer_in_one_trip_scan` is not in the list: its test makes
+assertions of its own (tests/test_fuzz_regressions.py).
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import jax  # noqa: F401 - the functions below are also plain, importable JAX code
+import jax.numpy as jnp
+from jax import lax
+
+from inplace_jax.testing.fuzz import Buf
+
+
+def f32(name, h, w):
+  return Buf(name, (h, w), "float32")
+
+
+@dataclasses.dataclass(frozen=True)
+class Regression:
+  """A regression program: `fn(*bufs)`, every buffer donated, on the inputs
+  `make_inputs(bufs, data_seed, data)`."""
+  fn: Callable
+  bufs: tuple[Buf, ...]
+  data: str = "normal"
+  data_seed: int = 0
+
+  @property
+  def name(self) -> str:
+    return self.fn.__name__
+
+
+def _case(fn, *bufs, data="normal", data_seed=0):
+  return Regression(fn, tuple(bufs), data, data_seed)
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+def rmw_index_read_from_same_buffer(x):
+  """Seed 1 #24, seed 2 #27 (about 10% of programs). Oracle: crash. inplace_jax.jit
+  raises KeyError (an unbound int32[1] variable in eval_jaxpr) when a
+  read-modify-write scatter's index is computed from a read of the buffer it
+  updates; `.set` is fine, `.add/.mul/.min/.max` fail."""
+  return x.at[x[0, 0].astype(jnp.int32)].add(1.0)
+
+
+def rmw_index_argmin_of_same_buffer(x):
+  """Seed 1 #24, as generated: the same failure with a computed dynamic index."""
+  return x.at[jnp.argmin(x[:, 8]), 8:17].max(0.0)
+
+
+def loop_read_after_update_small(x):
+  """Seed 2 #69. Oracle: crash. In a loop body, a read of the updated buffer after
+  the update: compiling the sequenced program fails with `UNIMPLEMENTED: Unhandled
+  opcode for elemental IR emission: opt-barrier` for f32[8,8]; f32[16,16] is fine.
+  (XLA CPU emits the small loop body as elemental IR, which has no barrier.)"""
+  def body(i, c):
+    x, a = c
+    x = x.at[3].set(1.0)
+    return x, a + x[0, 0]
+  return lax.fori_loop(0, 2, body, (x, jnp.float32(0)))
+
+
+def cond_update_small_aborts(x):
+  """Seed 2 #30. Oracle: died. XLA aborts the process while compiling the sequenced
+  program: `F shape.h:843] Check failed: buffer != nullptr` under
+  `IrEmitter::HandleOptimizationBarrier` (a nested computation). Identity branch
+  first, the other branch updates with an index read from the buffer; f32[8,9]
+  aborts, f32[16,16] compiles (and then removes jax.jit's copies)."""
+  def upd(x):
+    return x.at[0, jnp.argmax(x[1])].set(0.5)
+  return lax.cond(x[2, 1] > 0, lambda x: x, upd, x)
+
+
+# --------------------------------------------------------------------------- copies
+
+
+def elementwise_then_rmw(x):
+  """Seed 2 #16. Oracle: copy bytes. A whole-buffer elementwise op followed by a
+  read-modify-write update: jax.jit fuses both in place (0 copies); inplace_jax.jit
+  copies the whole buffer (262,144 bytes for f32[256,256])."""
+  x = -x
+  return x.at[1].add(1.0)
+
+
+def elementwise_then_rmw_int(x):
+  """Seed 2 #16, as generated (int32): 512 bytes copied, jax.jit 0."""
+  x = x * 2 + -2
+  return x.at[12, 7].min(-2)
+
+
+def updated_buffer_not_returned(x):
+  """Seed 2 #42, and hypothesis. Oracle: copy bytes. A donated buffer is updated
+  but only a slice of the new version is returned: jax.jit computes the slice
+  without materialising the update (0 copies); inplace_jax.jit's barriers force the
+  update, and as no output aliases x, XLA copies it (1,024 bytes for f32[16,16])."""
+  x = x.at[1].add(1.0)
+  return x[1]
+
+
+def updated_buffer_not_returned_set(x, y):
+  """Hypothesis's own shrink of the same failure: 256 bytes, jax.jit 0."""
+  x = x.at[0:1, 0:1].set(1.5)
+  return x[0:1, 0:1]
+
+
+def slice_rmw_after_update(x):
+  """Seed 2 #82 and #50. Oracle: copy bytes. Any update followed by a
+  read-modify-write through a *slice* index (`.at[5:6].add`): inplace_jax.jit copies
+  the whole buffer twice (131,072 bytes for f32[128,128]), jax.jit none. With an
+  integer index (`.at[5].add`) there is no copy."""
+  x = x.at[1].set(3.0)
+  return x.at[5:6].add(7.0)
+
+
+def column_scatter_add_unique(x):
+  """Seed 2 #86. Oracle: copy bytes (smaller copies only). A unique-index scatter-add
+  into columns: the split gather -> barrier -> scatter adds two copies of the
+  gathered slices (2,048 bytes for f32[128,128], transposes); jax.jit has none."""
+  return x.at[:, jnp.array([3, 5], dtype=jnp.int32)].add(3.0, unique_indices=True)
+
+
+def cond_branch_read_after_update_small(x):
+  """Seed 2 #183. Oracle: crash. Like `loop_read_after_update_small`, in a branch:
+  `UNIMPLEMENTED: Unhandled opcode for elemental IR emission: opt-barrier` for
+  f32[8,8]; f32[128,128] compiles and removes jax.jit's copies."""
+  def upd(x):
+    x = x.at[7].set(1.0)
+    return x, x[0, 0]
+  return lax.cond(x[0, 0] > 0, lambda x: (x, x[0, 0]), upd, x)
+
+
+def switch_clamped_index_small_aborts(x):
+  """Seed 2 #64. Oracle: died (same abort as `cond_update_small_aborts`). A switch
+  whose index is out of range (clamped to branch 0), f32[9,12]."""
+  def upd(x):
+    return x.at[1, jnp.argmax(x[7])].set(0.5)
+  return lax.switch(jnp.argmax(x[5]) - 9, [upd, lambda x: x], x)
+
+
+def switch_constant_index_scalar_copies(x):
+  """CI sample #52 (seed 1000). Oracle: copy bytes (smaller copies only: 8 bytes).
+  A switch with a constant index: XLA folds it under jax.jit (0 copies); the
+  zero-or-one-trip while loops inplace_jax lowers it into copy their int32 counter
+  (2 x 4 bytes). With a computed index inplace_jax wins: 4 bytes against jax.jit's
+  262,144 for f32[128,128]."""
+  def upd(x):
+    return x.at[1].set(2.0)
+  return lax.switch(jnp.int32(1), [lambda x: x, upd, lambda x: x], x)
+
+
+def cond_read_used_after_update_small(x):
+  """Long run seed 7 #25 (commit 38d49d9). Oracle: died (the abort of
+  `cond_update_small_aborts`): in the updating branch, the value read before the
+  update is also used after it; f32[8,8]."""
+  def upd(x):
+    v = x[7]
+    return x.at[0].set(v), jnp.max(v)
+  return lax.cond(jnp.sum(x[6]) > 0, lambda x: (x, 0.0), upd, x)
+
+
+# --------------------------------------------------------------------------- found at b261c3c
+
+
+def reduction_of_new_version_feeds_next_update(x):
+  """CI sample #162 (seed 1000), commit b261c3c. Oracle: copy bytes. A reduction
+  of the updated buffer, returned, also feeds the next update: inplace_jax.jit
+  copies the whole buffer twice (8,192 bytes for f32[16,64]); jax.jit none. With
+  `jnp.sum(x)` not returned there is no copy."""
+  x = x.at[3].set(0.0)
+  m = jnp.mean(x, axis=0)
+  return x.at[0, 0].set(jnp.max(m)), m
+
+
+def cond_identity_first_rmw_scalar_copy(x):
+  """CI sample #40, #44, #167, #170 (seed 1000), commit b261c3c. Oracle: copy bytes
+  (smaller copies only: 4 bytes). Identity branch in position 0 (the false branch),
+  a read-modify-write in the other: jax.jit has no copy; the lowered while loop
+  copies its int32 counter once per call."""
+  def upd(x):
+    return x.at[0, 0].add(2.0)
+  return lax.cond(x[8, 4] > 0, upd, lambda x: x, x)
+
+
+def cond_sum_of_gather(b0, b1):
+  """Long run seed 7 #3003, commit b261c3c. Oracle: VALUES (last bit). The updating
+  branch of a cond returns the sum of a gather read before the cond: inplace_jax
+  gives 45.59566, jax.jit 45.595673 (these inputs: `make_inputs`, data
+  seed 831311287). A rounding change, not an ordering error: the sum is reduced in
+  another fusion once the cond is lowered. Passes at 87da8aa."""
+  v1 = b0[:, (jnp.arange(4, dtype=jnp.int32) + jnp.argmax(b1[24]) % 32) % 32]
+  def upd(b0):
+    b0 = lax.fori_loop(0, 0, lambda i, b0: b0.at[27:32].mul(2.0), b0)
+    return b0, jnp.sum(v1)
+  return lax.cond(jnp.sum(b0[24]) > 0, upd, lambda b0: (b0, jnp.float32(0)), b0)
+
+
+def mean_of_updated(b0, b1):
+  """Long run seed 7 #4252, commit b261c3c. Oracle: VALUES (last bit): the mean over
+  axis 0 of the updated buffer differs in the last bit at 9 of 16 positions (data
+  seed 2086617307), and inplace_jax also copies 2,048 bytes where jax.jit copies
+  none. Needs both the zero-trip loop and the custom_jvp. Passes at 87da8aa."""
+  v1 = b1[14:18, 22:30]
+  b0 = lax.fori_loop(0, jnp.int32(0), lambda i, b0: b0.at[0].set(jnp.resize(v1, (16,))),
+                     b0)
+  b0 = b0.at[2, 0:16].set(b1[1, 0:16])
+  v17 = jnp.mean(b0, axis=0)
+  ident = jax.custom_jvp(lambda b0, b1: (b0, b1))
+  ident.defjvp(lambda p, t: (p, t))
+  b0, b1 = ident(b0, b1)
+  return v17, b1
+
+
+def loop_sum_of_slice_read_before_update(b0, b1):
+  """Long run seed 7 #5854, commit b261c3c. Oracle: VALUES (last bit): -89.91519
+  against jax.jit's -89.91521 (data seed 247210025): the sum of a slice read in a
+  one-trip loop body before a row update. Passes at 87da8aa."""
+  def body(i, c):
+    b0, a = c
+    v3 = b0[0:30, 21:24]
+    v4 = b0[16]
+    b0 = b0.at[(i + 3) % 32].set(v4)
+    return b0, a + jnp.sum(v3)
+  b0, v2 = lax.fori_loop(0, 1, body, (b0, jnp.float32(0)))
+  return v2
+
+
+# --------------------------------------------------------------------------- failing at 87da8aa
+
+
+def bf16_add_zero_to_negative_zero(x):
+  """Long run seed 7 #5938 (commits b261c3c and 87da8aa). Oracle: VALUES (sign of
+  zero only; `np.array_equal` alone would accept it). bfloat16 `-0.0 + 0.0`: jax.jit
+  gives +0.0 (IEEE; XLA:CPU computes bf16 through f32), inplace_jax.jit -0.0, as if
+  the split read -> barrier -> write let XLA simplify `old + 0.0` to `old`. (In
+  float32 both give -0.0: XLA's own simplifier is not IEEE about x + 0.)"""
+  x = x.at[1, 1].set(-0.0)
+  return x.at[1].add(0.0)
+
+
+def mean_feeds_slice_add(b0):
+  """Long run seed 7 #7003 (commits b261c3c and 87da8aa). Oracle: VALUES (last bit):
+  38 of 768 outputs differ by up to 4.8e-7 (data seed 2046860296). The column mean
+  of the buffer is added into a slice of it: jax.jit computes the reduction inside
+  the scatter's fusion, inplace_jax on the other side of a barrier, and the float
+  sums round differently. With `.at[9].add(v1)` (no resize) the values match."""
+  v1 = jnp.mean(b0, axis=0)
+  return b0.at[9:17].add(jnp.resize(v1, (8, 32)))
+
+
+def square_feeds_slice_add(b0):
+  """Long run seed 7 #7366 (commits b261c3c and 87da8aa). Oracle: VALUES (last bit):
+  5 of 512 outputs differ by up to 7.6e-6 (data seed 1161491939). `old + b0 * b0`
+  is contracted differently (FINDINGS.md: a barrier between a multiply and an add
+  changes rounding). Without the first update, or with `v1[0:7, 0:4]` for the
+  resize, the values match."""
+  b0 = b0.at[4:6, 14:16].add(1.5)
+  v1 = b0 * b0
+  b0 = b0.at[6:13, 22:26].add(jnp.resize(v1, (7, 4)))
+  return v1, b0
+
+
+# --------------------------------------------------------------------------- values
+
+
+def bf16_swap_after_custom_vjp(b0):
+  """Long run seed 11 #2154 (also #1603, #2251), commit d14a7bc. Oracle: values
+  (wrong, not rounding: row 3 got the new row 1). A read left untied (its fusion
+  region reached a later update) read the value before the barrier; XLA:CPU fused it
+  into the in-place update of the barrier's output, the same buffer, and read the
+  row after overwriting it. Untied reads now read the barrier's output."""
+  def fn2(b0):
+    return (b0, jnp.float32(0))
+  fn2c = jax.custom_vjp(fn2)
+  fn2c.defvjp(lambda *a: (fn2(*a), None), lambda _, g: g[:1])
+  (b0, v2) = fn2c(b0)
+  v4 = b0[1]
+  b0 = b0.at[1].set(b0[3])
+  b0 = b0.at[3].set(v4)
+  v5 = b0[5]
+  b0 = b0.at[jnp.int32(0)].set(v5)
+  b0 = b0.at[jnp.array([5], dtype=jnp.int32)].min(v2.astype(jnp.bfloat16))
+  return (b0,)
+
+
+def switch_in_one_trip_scan_adds_zero(b1, b2):
+  """Long run seed 12 #547, commit eef4535. Oracle: values (sign of zero only:
+  jax.jit -0.0, inplace_jax.jit +0.0, on the -0.0 inputs). The scan has one trip,
+  so XLA unrolls it and learns the switch index (branch 1, which outputs 0.0):
+  under jax.jit it inlines the conditional and folds `b2 * 0.5 + 0.0` to
+  `b2 * 0.5`, keeping -0.0 (XLA's simplifier is not IEEE about x + 0; eager
+  evaluation gives +0.0). inplace_jax lowered the switch to loops of zero or one trip
+  that test a flag, whose trip count XLA cannot compute, so the add stayed. The
+  scalar output now stays in a `cond` of its own, which XLA inlines alike.
+  (A counting loop, whose trip count XLA computes, also matched, but XLA then
+  hoists the branches' arithmetic out of loops it no longer knows run at most once,
+  and the copies come back: tests/test_control_flow.py::cond_two_rows_read_outside.)"""
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      b1 = b1.at[6:24].set(1)
+      return (b1, jnp.max(jnp.float32(1)))
+    def br1(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1], b1)
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b2,)
+
+
+def switch_zeroes_buffer_in_one_trip_scan(b1, b2):
+  """Not from the fuzzer: the case the fix above leaves, pinned. A branch overwrites
+  the carried buffer with zeros; once XLA learns the index (the one-trip scan
+  unrolled) jax.jit folds `b2 + zeros` to `b2`, keeping -0.0, while the loop
+  inplace_jax carries the buffer through keeps the add: +0.0, as in eager JAX."""
+  def body(c, i):
+    b1, b2 = c
+    b1 = lax.switch((i + 2) % 3, [lambda b: b.at[6:10].set(1.0), jnp.zeros_like], b1)
+    return (b1, b2 + b1), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return b1, b2
+
+
+def switch_value_read_from_updated_buffer(b1, b2):
+  """Long run seed 12 #547 as shrunk at 6a0d554 (third form). Oracle: values (sign
+  of zero only). Branch 0 computes its value from the buffer the switch updates,
+  so the value rides the loops; branches 1 and 2 return 0.0. jax.jit, learning
+  the index from the unrolled one-trip scan, folds `b2 * 0.5 + 0.0`. The value is
+  now picked after the conditional by a `select_n` on the index, where branch 2's
+  literal is a constant to XLA."""
+  v2 = 0 * 0
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1, jnp.float32(0) + jnp.sum(b1[0, 0]))
+    def br1(b1):
+      return (b1.at[6:24].set(v2), jnp.float32(0))
+    def br2(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1, br2], b1)
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b2,)
+
+
+def switch_constant_value_tied_to_next_update(b1, b2):
+  """Long run seed 12 #547 as shrunk at 30526ba (fourth form). Oracle: values (sign
+  of zero only). Both branches return 0.0 (a conditional of its own after the
+  lowering), but the analysis tied that value, as a result computed with the new
+  buffer, into the barrier before the next update of b1, hiding the constant from
+  XLA. Results no branch computes from the buffer are no longer tied."""
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1.at[6:24].set(0), jnp.float32(0))
+    def br1(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1], b1)
+    row = b2[2, 0:32]
+    b1 = b1.at[31, 0:32].set(row.astype(jnp.int32))
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b1, b2)
+
+
+def switch_value_read_before_next_update(b1, b2):
+  """Long run seed 12 #547 as shrunk at 4f74c4c (fifth form). Oracle: values (sign
+  of zero only). The switch updates nothing (not lowered); branch 0 reads b1 for
+  its value, so the value is tied into the barrier before b1's next update, which
+  hid branch 1's literal 0.0 from XLA once it learnt the index. Every conditional's
+  small results that some branch returns as a literal are now picked by a
+  `select_n` on the index after it (and after any barrier)."""
+  def body(c, i):
+    (b1, b2) = c
+    def br0(b1):
+      return (b1, jnp.float32(0) + jnp.sum(b1[0, 0]))
+    def br1(b1):
+      return (b1, jnp.float32(0))
+    (b1, v) = lax.switch((i + 2) % 3, [br0, br1], b1)
+    row = b2[2, 0:32]
+    b1 = b1.at[31, 0:32].set(row.astype(jnp.int32))
+    b2 = b2 * 0.5 + v
+    return (b1, b2), jnp.float32(0)
+  (b1, b2), _ = lax.scan(body, (b1, b2), jnp.arange(1, dtype=jnp.int32))
+  return (b2,)
+
+
+def jit_returns_zero_with_buffer(b0, b1):
+  """Long run seed 12 #2229, commit 4f74c4c. Oracle: values (sign of zero only). A
+  nested jit returns the buffer unchanged and 0.0; the 0.0, as a result computed
+  with the buffer's version, was tied into the barrier before the buffer's next
+  update, where XLA (which inlines the call under jax.jit and folds `-0.0 + 0.0`)
+  could not see it. Results computed without the buffer are no longer tied, for
+  every primitive (JAX's dead-code rules decide what an output needs)."""
+  def fn1(b1):
+    return (b1, jnp.float32(0))
+  (b1, v1) = jax.jit(fn1)(b1)
+  b1 = b1 * 0.5 + v1
+  return (b1,)
+
+
+def zero_trip_loop_result_added(b0, b2):
+  """Long run seed 12 #5670, commit 5ab4010. Oracle: values (sign of zero only). A
+  fori_loop of zero trips (its bound computed, so a while) reads b2 for its 0.0
+  result, which is added into b2 after b2 is updated. The result was tied into the
+  barrier before the update and used through it, hiding from XLA what it learns
+  at compile time (zero trips, so 0.0), which jax.jit then folds. Results of loops
+  and conditionals are now used as they are after the barrier that orders them."""
+  def body(i, c):
+    (b0, a) = c
+    return (b0, a + jnp.max(jnp.argmax(b2[1])))
+  (b0, v1) = lax.fori_loop(0, jnp.int32(0) + 0, body, (b0, jnp.float32(0)))
+  b2 = jnp.where(b2 > 0, b2, -v1)
+  return (b2.at[-29, 11].add(v1),)
+
+
+def custom_vjp_zero_through_checkpoint(b0, b1):
+  """Long run seed 12 #6608, commit 5ab4010. Oracle: values (sign of zero only). An
+  inner custom_vjp returns 0.0 with the buffer; a checkpointed function squares it
+  and the result is added into the buffer. custom_vjp calls have no dead-code rule
+  of their own, so the 0.0 counted as computed from the buffer and was tied; the
+  bodies of calls now decide."""
+  def fn2(b1):
+    def fn3(b1):
+      return (b1, jnp.float32(0))
+    fn3c = jax.custom_vjp(fn3)
+    fn3c.defvjp(lambda *a: (fn3(*a), None), lambda _, g: g[:1])
+    (b1, v3) = fn3c(b1)
+    def fn6(b1):
+      v7 = v3 + v3
+      return (b1, jnp.float32(0) + jnp.max(v7 * v7))
+    (b1, v6) = jax.checkpoint(fn6)(b1)
+    return (b1.at[3:11, 14:18].add(v6), jnp.float32(0))
+  fn2c = jax.custom_vjp(fn2)
+  fn2c.defvjp(lambda *a: (fn2(*a), None), lambda _, g: g[:1])
+  (b1, v2) = fn2c(b1)
+  return (b1,)
+
+
+REGRESSIONS = [
+    _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
+    _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
+    _case(loop_read_after_update_small, f32("x", 8, 8)),
+    _case(cond_update_small_aborts, f32("x", 8, 9)),
+    _case(elementwise_then_rmw, f32("x", 256, 256)),
+    _case(elementwise_then_rmw_int, Buf("x", (16, 8), "int32")),
+    _case(updated_buffer_not_returned, f32("x", 16, 16)),
+    _case(updated_buffer_not_returned_set, f32("x", 8, 8), f32("y", 8, 8)),
+    _case(slice_rmw_after_update, f32("x", 128, 128)),
+    _case(column_scatter_add_unique, f32("x", 128, 128)),
+    _case(cond_branch_read_after_update_small, f32("x", 8, 8)),
+    _case(switch_clamped_index_small_aborts, f32("x", 9, 12)),
+    _case(switch_constant_index_scalar_copies, f32("x", 128, 128)),
+    _case(cond_read_used_after_update_small, f32("x", 8, 8)),
+    _case(reduction_of_new_version_feeds_next_update, f32("x", 16, 64)),
+    _case(cond_identity_first_rmw_scalar_copy, f32("x", 16, 64)),
+    _case(cond_sum_of_gather,
+          f32("b0", 32, 32), Buf("b1", (32, 16), "int32"),
+          data_seed=831311287),
+    _case(mean_of_updated,
+          f32("b0", 32, 16), Buf("b1", (24, 32), "int32"),
+          data_seed=2086617307),
+    _case(loop_sum_of_slice_read_before_update,
+          f32("b0", 32, 24), f32("b1", 32, 32),
+          data_seed=247210025),
+    _case(bf16_add_zero_to_negative_zero, Buf("x", (33, 32), "bfloat16")),
+    _case(mean_feeds_slice_add, f32("b0", 24, 32), data_seed=2046860296),
+    _case(square_feeds_slice_add, f32("b0", 16, 32), data_seed=1161491939),
+    _case(bf16_swap_after_custom_vjp, Buf("b0", (16, 32), "bfloat16"), data="integer"),
+    _case(switch_in_one_trip_scan_adds_zero,
+          Buf("b1", (32, 64), "int32"), f32("b2", 24, 32),
+          data="special", data_seed=1995224197),
+    _case(switch_value_read_from_updated_buffer,
+          Buf("b1", (32, 64), "int32"), f32("b2", 24, 32),
+          data="special", data_seed=1995224197),
+    _case(switch_constant_value_tied_to_next_update,
+          Buf("b1", (32, 64), "int32"), f32("b2", 24, 32),
+          data="special", data_seed=1995224197),
+    _case(switch_value_read_before_next_update,
+          Buf("b1", (32, 64), "int32"), f32("b2", 24, 32),
+          data="special", data_seed=1995224197),
+    _case(jit_returns_zero_with_buffer,
+          f32("b0", 24, 32), f32("b1", 16, 32),
+          data="special", data_seed=1970039202),
+    _case(zero_trip_loop_result_added,
+          Buf("b0", (32, 64), "bfloat16"), f32("b2", 32, 16),
+          data_seed=1964255744),
+    _case(custom_vjp_zero_through_checkpoint,
+          Buf("b0", (9, 12), "bfloat16"), f32("b1", 16, 24),
+          data="special", data_seed=692057884),
+]
