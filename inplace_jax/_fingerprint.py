@@ -132,21 +132,34 @@ def _order_free(module: HloModule, ins: Instruction) -> bool:
   return not any(op in _ROUNDING_COMBINERS for op in applied)
 
 
+# Element-for-element moves: a product reached through them is still computed next
+# to the add in the fused loop, where it can be contracted.
+_MOVES = frozenset({"broadcast", "reshape", "bitcast", "slice", "dynamic-slice",
+                    "transpose", "copy", "concatenate", "pad", "reverse"})
+
+
+def _product(comp: Computation, name: str) -> bool:
+  """Whether operand `name` is a multiply computed in `comp`, through data moves."""
+  ins = comp.by_name.get(name)
+  seen = 0
+  while ins is not None and ins.opcode in _MOVES and ins.operands and seen < 16:
+    ins, seen = comp.by_name.get(ins.operands[0]), seen + 1
+  return ins is not None and ins.opcode == "multiply"
+
+
 def _fma_able(comp: Computation, ins: Instruction) -> bool:
   """An add or subtract of a product computed in the same fusion: XLA:CPU may
   contract the pair into one fused multiply-add, and which pair it contracts depends
   on the fused expression around it."""
   if ins.opcode not in ("add", "subtract") or not _is_float(ins):
     return False
-  return any(comp.by_name.get(o) is not None and comp.by_name[o].opcode == "multiply"
-             for o in ins.operands)
+  return any(_product(comp, o) for o in ins.operands)
 
 
 def _local(comp: Computation, ins: Instruction) -> tuple[str, ...]:
   """For a fused multiply-add candidate: which operands are products fused with it
   (contraction is decided by the add and its direct operands)."""
-  kinds = tuple(comp.by_name[o].opcode if o in comp.by_name and
-                comp.by_name[o].opcode == "multiply" else "other" for o in ins.operands)
+  kinds = tuple("multiply" if _product(comp, o) else "other" for o in ins.operands)
   # An add commutes; a subtract does not (which side is the product matters).
   return tuple(sorted(kinds)) if ins.opcode == "add" else kinds
 
@@ -164,6 +177,11 @@ def _context(caller: Instruction | None, comp: Computation, ins: Instruction) ->
   return f"{kind}/{'reduce' if root in ('reduce', 'reduce-window') else 'elementwise'}"
 
 
+def _root_shape(comp: Computation) -> str:
+  roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
+  return f"{roots[0].opcode}:{roots[0].shape_text}" if roots else ""
+
+
 def fingerprint(module: HloModule) -> collections.Counter:
   """Every sensitive operation of `module` with the form that decides its result."""
   callers = _callers(module)
@@ -178,7 +196,10 @@ def fingerprint(module: HloModule) -> collections.Counter:
       fusion = _context(caller, comp, ins)
       form: tuple
       if ins.opcode in ("add", "subtract"):
-        form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0])
+        # Contraction also depends on the loop the fusion runs (its output: a row
+        # sliced out of the expression, a reduction over it, the whole of it).
+        form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0],
+                _root_shape(comp))
       else:
         form = (ins.opcode, ins.shape_text,
                 tuple(_operand_shape(comp, o) for o in ins.operands),
