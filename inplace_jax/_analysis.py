@@ -260,7 +260,9 @@ def pick_successors(st: _State) -> None:
             "live at once; each one but the first needs its own copy",
             read=_src(g.eqns[other[0]]), update=_src(g.eqns[best[0]]),
             nbytes=_rules.nbytes(v.aval)))
-    else:
+    elif v not in g.outvars:
+      # A version that is returned ends its buffer's chain: an elementwise op that
+      # reads it makes a new value, not the buffer's next version.
       leading = [u for u in weak if _out(st, *u) in reaches_out]
       if leading:
         st.successor[v] = leading[0]
@@ -426,7 +428,7 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
     st.after_pre.setdefault(u, set()).update(r for r in reads if r in private)
   safe = []
   for r in tied:
-    if all(X.cut_safe_var(g.eqns[r], w) for w in g.eqns[r].outvars
+    if all(_cut_safe(st, g.eqns[r], w) for w in g.eqns[r].outvars
            if not C.is_drop_var(w)):
       safe.append(r)
     else:
@@ -451,6 +453,14 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
     frontier_vars.extend(f[0])
     region |= f[1]
   return frontier_vars, region, kept
+
+
+def _cut_safe(st: _State, eqn, var) -> bool:
+  """Whether a barrier may follow `var`; in a refinement round, also after a product
+  nothing adds (`_exactness.cut_safe_here`), which the fingerprint then checks."""
+  if st.hints.through_updates:
+    return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers)
+  return X.cut_safe_var(eqn, var)
 
 
 def _untied(st: _State, r: int, u: int, v, why: str) -> None:
@@ -592,6 +602,14 @@ def _moved_only(st: _State, w, region: set[int]) -> bool:
              for k in region)
 
 
+def _recomputed(st: _State, use: InplaceUse, c: int) -> bool:
+  """In a refinement round: whether XLA may recompute an elementwise update's result
+  inside reader `c`'s fusion (it duplicates cheap elementwise producers into their
+  consumers), reading the buffer after the update overwrote it."""
+  return st.hints.through_updates and not use.strong and \
+      _traits.has(st.g.eqns[c].primitive, _traits.Trait.ELEMENTWISE)
+
+
 def _moved_to_sensitive(st: _State, var) -> bool:
   """Whether every fusion-sensitive op `var` reaches reads it through data movement
   alone (a sum of a row of it, say): behind a barrier such an op reads memory, as
@@ -669,7 +687,8 @@ def post_update_barriers(st: _State) -> None:
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
       # of arithmetic would change what XLA fuses, and so last-bit rounding.
       has_reads = any(not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
-                      and X.is_slicing(g.eqns[c]) for c, pos in g.uses(out))
+                      and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c))
+                      for c, pos in g.uses(out))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)
       # A barrier there would also move the fusion boundary of the reductions and

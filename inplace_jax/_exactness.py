@@ -66,6 +66,57 @@ def cut_safe_var(eqn, var) -> bool:
   return cut_safe(eqn, [o is var for o in eqn.outvars].index(True))
 
 
+# What a product can be contracted into: XLA:CPU fuses `a * b + c` into one FMA.
+_ADDS = frozenset(("add", "sub", "add_any"))
+
+
+def cut_safe_here(eqn, var, eqns, consumers) -> bool:
+  """`cut_safe_var`, or: `var` is an elementwise product (or a transcendental,
+  whose code ends in one) that no add or subtract consumes, even through data
+  movement or inside the calls it is passed to, so there is no multiply-add for a
+  barrier to split."""
+  if cut_safe_var(eqn, var):
+    return True
+  if not _traits.has(eqn.primitive, Trait.ELEMENTWISE):
+    return False
+  return not _added(var, eqns, consumers, 0)
+
+
+def _consumers_of(jaxpr) -> dict:
+  out: dict = {}
+  for j, q in enumerate(jaxpr.eqns):
+    for i, x in enumerate(q.invars):
+      if not C.is_literal(x):
+        out.setdefault(x, []).append((j, i))
+  return out
+
+
+def _added(var, eqns, consumers, depth: int) -> bool:
+  """Whether an add consumes `var`, through data movement and call bodies."""
+  if depth > MAX_DEPTH:
+    return True
+  stack, seen = [var], set()
+  while stack:
+    w = stack.pop()
+    if w in seen:
+      continue
+    seen.add(w)
+    for k, pos in consumers.get(w, ()):
+      e = eqns[k]
+      if e.primitive.name in _ADDS:
+        return True
+      inner = R.call_body(e)
+      if inner is not None:
+        if pos < len(inner.invars) and _added(inner.invars[pos], inner.eqns,
+                                              _consumers_of(inner), depth + 1):
+          return True
+      elif C.jaxprs_in_params(e.params):
+        return True
+      elif _traits.has(e.primitive, Trait.DATA_MOVEMENT):
+        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+  return False
+
+
 def applies_function(eqn) -> bool:
   """A `scatter` that applies a function to the old values (`.at[].apply`)."""
   return (eqn.primitive is C.scatter_p and eqn.params.get("update_jaxpr") is not None

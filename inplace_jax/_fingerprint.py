@@ -178,8 +178,76 @@ def _context(caller: Instruction | None, comp: Computation, ins: Instruction) ->
 
 
 def _root_shape(comp: Computation) -> str:
+  """The shape of what a fusion computes (the extent of its loop)."""
   roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
-  return f"{roots[0].opcode}:{roots[0].shape_text}" if roots else ""
+  if not roots:
+    return ""
+  reduce = "reduce:" if roots[0].opcode in ("reduce", "reduce-window") else ""
+  return f"{reduce}{roots[0].shape_text}"
+
+
+# Floating-point arithmetic an expression is made of (its rounding can depend on the
+# expression around it: contraction into FMAs, constant folding, vector code).
+_ARITH = frozenset((
+    "add subtract multiply divide negate power exponential exponential-minus-one log "
+    "log-plus-one logistic tanh sine cosine tan atan2 erf cbrt rsqrt sqrt").split())
+_PRODUCTS = frozenset(("multiply", "divide"))
+_SUMS = frozenset(("add", "subtract"))
+_TREE_LIMIT = 400
+
+
+def _tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
+  """The floating-point expression computed at `name` inside `comp`, canonical:
+  operands that are not float arithmetic (parameters, data movement, selects) are
+  leaves, constants are their values."""
+  hit = memo.get(name)
+  if hit is not None:
+    return hit
+  ins = comp.by_name.get(name)
+  if ins is None:
+    out = "?"
+  elif ins.opcode == "constant":
+    out = f"c{ins.operand_text.strip()}"
+  elif ins.opcode == "broadcast" and ins.operands and \
+      comp.by_name.get(ins.operands[0]) is not None and \
+      comp.by_name[ins.operands[0]].opcode == "constant":
+    out = _tree(comp, ins.operands[0], memo)
+  elif ins.opcode in _ARITH and _is_float(ins):
+    args = [_tree(comp, o, memo) for o in ins.operands]
+    if ins.opcode in ("add", "multiply"):
+      args.sort()
+    out = f"{ins.opcode}({','.join(args)})"
+    if len(out) > _TREE_LIMIT:
+      out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
+  else:
+    out = "p"
+  memo[name] = out
+  return out
+
+
+def _expressions(module: HloModule) -> collections.Counter:
+  """Each product (multiply, divide) computed in a fusion, with the whole float
+  expression it is computed from and what consumes it there, and the loop the fusion
+  runs: XLA:CPU contracts a product into the add that consumes it, and how depends
+  on the product's own expression and its loop. A sum of values that are not
+  products rounds alike wherever it is computed, so sums are not listed."""
+  out: collections.Counter = collections.Counter()
+  callers = _callers(module)
+  for comp in module.computations.values():
+    memo: dict[str, str] = {}
+    loop = _root_shape(comp) if comp.name in callers else ""
+    for ins in comp.instructions:
+      if ins.opcode not in _PRODUCTS or not _is_float(ins):
+        continue
+      users = [u.opcode for u in comp.users.get(ins.name, [])
+               if u.opcode in _ARITH and _is_float(u)]
+      if not any(u in _SUMS for u in users):
+        continue     # nothing to contract it into
+      op = ins.metadata.get("op_name")
+      out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
+                    ("product", ins.shape_text, _tree(comp, ins.name, memo),
+                     tuple(sorted(set(users))), loop))] += 1
+  return out
 
 
 def fingerprint(module: HloModule) -> collections.Counter:
@@ -209,6 +277,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
       loc = module.location(ins)
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
+  out.update(_expressions(module))
   return out
 
 

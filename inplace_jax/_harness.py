@@ -39,6 +39,7 @@ class Run:
   report: CopyReport | None
   first_call_s: float
   warnings: tuple[warnings.WarningMessage, ...] = ()
+  final: Any = None        # the last step's outputs as device arrays (not donated on)
 
   @property
   def output(self) -> Any:
@@ -97,7 +98,7 @@ def host(tree: Any) -> Any:
   return jax.tree.map(leaf, tree)
 
 
-def _chain(fn, make_args, steps: int, next_args) -> tuple[tuple[Any, ...], float]:
+def _chain(fn, make_args, steps: int, next_args) -> tuple[tuple[Any, ...], float, Any]:
   args = make_args()
   jax.block_until_ready(args)
   start = time.perf_counter()
@@ -108,7 +109,7 @@ def _chain(fn, make_args, steps: int, next_args) -> tuple[tuple[Any, ...], float
     args = next_args(args, out)
     out = jax.block_until_ready(fn(*args))
     outs.append(host(out))
-  return tuple(outs), first
+  return tuple(outs), first, out
 
 
 def run_variant(fn: Callable, make_args: Callable[[], tuple], *, steps: int = 1,
@@ -120,9 +121,9 @@ def run_variant(fn: Callable, make_args: Callable[[], tuple], *, steps: int = 1,
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-    outs, first = _chain(fn, make_args, steps, next_args)
+    outs, first, final = _chain(fn, make_args, steps, next_args)
     rep = report() if report is not None else None
-  return Run(outs, rep, first, tuple(caught))
+  return Run(outs, rep, first, tuple(caught), final)
 
 
 def compare(fn: Callable, make_args: Callable[[], tuple] | Sequence[Any], *,

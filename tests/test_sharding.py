@@ -31,7 +31,7 @@ def test_named_sharding_20440():
   r = compare(f, _sharded(P("d", None)))
   assert (r.ref_big_copies(1024) or not ON_CPU) and not r.big_copies(1024), r.report
   assert r.report.partitions == 8
-  assert r.out[0].sharding.spec == P("d", None)
+  assert r.comparison.candidate.final[0].sharding.spec == P("d", None)
 
 
 def test_named_sharding_row_swap_across_shards():
