@@ -610,6 +610,19 @@ def _recomputed(st: _State, use: InplaceUse, c: int) -> bool:
       _traits.has(st.g.eqns[c].primitive, _traits.Trait.ELEMENTWISE)
 
 
+def _fused_reader(st: _State, out, c: int) -> bool:
+  """In a refinement round: whether XLA may fuse an update into reader `c` (a
+  reduction over the whole new version, say), reading the old buffer there, and a
+  barrier between them changes no value: the values are integers, or the reader is
+  a reduction whose combiner does not round (max, min, argmax, and, or)."""
+  if not st.hints.through_updates:
+    return False
+  e = st.g.eqns[c]
+  exact_reduction = (_traits.has(e.primitive, _traits.Trait.REDUCTION)
+                     and not _traits.has(e.primitive, _traits.Trait.SENSITIVE))
+  return exact_reduction or not X.is_inexact(out)
+
+
 def _moved_to_sensitive(st: _State, var) -> bool:
   """Whether every fusion-sensitive op `var` reaches reads it through data movement
   alone (a sum of a row of it, say): behind a barrier such an op reads memory, as
@@ -687,10 +700,17 @@ def post_update_barriers(st: _State) -> None:
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
       # of arithmetic would change what XLA fuses, and so last-bit rounding.
       has_reads = any(not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
-                      and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c))
+                      and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c)
+                           or _fused_reader(st, out, c))
                       for c, pos in g.uses(out))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)
+      # In a refinement round: an update followed by an elementwise one. Fused
+      # together, XLA writes the result to a new buffer (the elementwise op reads
+      # elements the update moved) and copies it into the donated one; with the
+      # update's result materialised, the elementwise op runs in place.
+      has_reads = has_reads or (st.hints.through_updates and use.strong
+                                and nxt is not None and not nxt[1].strong)
       # A barrier there would also move the fusion boundary of the reductions and
       # transcendentals those reads feed (a sum of a slice of the new version
       # changed in the fuzzer): values first, XLA may copy instead. Unless a read

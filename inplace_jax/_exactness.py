@@ -71,11 +71,16 @@ _ADDS = frozenset(("add", "sub", "add_any"))
 
 
 def cut_safe_here(eqn, var, eqns, consumers) -> bool:
-  """`cut_safe_var`, or: `var` is an elementwise product (or a transcendental,
-  whose code ends in one) that no add or subtract consumes, even through data
-  movement or inside the calls it is passed to, so there is no multiply-add for a
-  barrier to split."""
+  """`cut_safe_var`, or, in a refinement round (whose compiled program the
+  fingerprint checks): `var` is an elementwise product (or a transcendental, whose
+  code ends in one) that no add or subtract consumes, even through data movement or
+  inside the calls it is passed to, so there is no multiply-add for a barrier to
+  split; or the result of a dot."""
   if cut_safe_var(eqn, var):
+    return True
+  if _traits.has(eqn.primitive, Trait.CONTRACTION):
+    # A dot's result: tied only on trial; if XLA then computes the dot otherwise
+    # (its operand order, a transpose folded in), the fingerprint rejects it.
     return True
   if not _traits.has(eqn.primitive, Trait.ELEMENTWISE):
     return False

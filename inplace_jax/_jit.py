@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import sys
 import threading
 import warnings
 import weakref
@@ -68,11 +67,11 @@ def _outer_trace():
 
 def _inside_ours() -> bool:
   return getattr(_TRACING, "depth", 0) > 0
-_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
 from ._errors import (  # noqa: E402
-    ConflictError, InplaceCopyWarning, InplaceDonationWarning, InplaceNestingWarning)
+    ConflictError, InplaceCopyWarning, InplaceDonationWarning, InplaceNestingWarning,
+    user_stacklevel)
 
 
 def compiler_options(backend: str | None = None) -> dict[str, Any]:
@@ -233,7 +232,7 @@ class InplaceJitted:
         "jax.jit, or jax.grad/jax.vmap outside any jit): the values are right, but "
         "copies it would remove may remain. Decorate the outer function with "
         "inplace_jax.jit, or pass compiler_options=inplace_jax.compiler_options() "
-        "to the outer jax.jit.", InplaceNestingWarning, stacklevel=_user_stacklevel())
+        "to the outer jax.jit.", InplaceNestingWarning, stacklevel=user_stacklevel())
 
   # ------------------------------------------------------------------ signatures
 
@@ -311,7 +310,7 @@ class InplaceJitted:
   def _warn(self, sig: Signature) -> None:
     report = sig.report
     wasted = [d for d in report.wasted_donations() if d.nbytes >= sig.threshold]
-    level = _user_stacklevel()
+    level = user_stacklevel()
     if wasted:
       # JAX says nothing when it prunes an unused donated argument; say it here.
       names = ", ".join(f"{d.argument} ({d.dtype}{list(d.shape)})" for d in wasted)
@@ -549,20 +548,6 @@ def _reader_keys(report: CopyReport, min_bytes: int) -> frozenset:
       if a.op and a.location is not None:
         keys.add((a.location.file, a.location.line, a.op))
   return frozenset(keys)
-
-
-def _user_stacklevel() -> int:
-  """The `stacklevel` that points a warning at the first frame outside inplace_jax
-  and JAX (the user's call)."""
-  frame: Any = sys._getframe(1)
-  level = 1
-  while frame is not None:
-    path = os.path.abspath(frame.f_code.co_filename)
-    if not (path.startswith(_HERE) or path.startswith(_JAX_DIR)):
-      return level
-    frame = frame.f_back
-    level += 1
-  return 1
 
 
 def _check_duplicates(spec, name: str) -> None:

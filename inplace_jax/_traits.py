@@ -59,6 +59,8 @@ class Trait(enum.Flag):
   # Loops and conditionals: XLA cannot move them into their users as it can a
   # slice, and it simplifies their results when it learns a trip count or an index.
   CONTROL_FLOW = enum.auto()
+  # Dots and convolutions: their operand layouts and order decide the summation.
+  CONTRACTION = enum.auto()
 
 
 T = Trait
@@ -149,6 +151,8 @@ _TABLE: dict[str, Trait] = {
     "cummax": T.REDUCTION | T.CUT_SAFE,
     "cummin": T.REDUCTION | T.CUT_SAFE,
     "sort": T.CUT_SAFE,
+    "dot_general": T.CONTRACTION,
+    "conv_general_dilated": T.CONTRACTION,
     # updates
     "dynamic_update_slice": _UPDATE | T.EXACT,
     "scatter": _UPDATE | T.EXACT,

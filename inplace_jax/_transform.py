@@ -26,7 +26,7 @@ import jax
 from . import _compat as C
 from . import _passes
 from ._analysis import Analyzer
-from ._errors import InplaceNestingWarning
+from ._errors import InplaceNestingWarning, user_stacklevel
 from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
 from ._rules import is_big
@@ -239,7 +239,9 @@ def sequence(fun: Callable | None = None, *, donate_argnums=None,
     ... def f(x):
     ...   y = x[0]
     ...   return x.at[0].set(x[1]), y
-    >>> new_x, y = jax.jit(f, donate_argnums=0)(jnp.arange(4.0))
+    >>> g = jax.jit(f, donate_argnums=0,
+    ...             compiler_options=inplace_jax.compiler_options())
+    >>> new_x, y = g(jnp.arange(4.0))
     >>> print(new_x, y)
     [1. 1. 2. 3.] 0.0
   """
@@ -266,7 +268,7 @@ def sequence(fun: Callable | None = None, *, donate_argnums=None,
           "(a jax.jit without inplace_jax.compiler_options(), or no jit): the values "
           "are right, but the copies it orders away may remain. Pass "
           "compiler_options=inplace_jax.compiler_options() to the outer jax.jit, or "
-          "use inplace_jax.jit.", InplaceNestingWarning, stacklevel=2)
+          "use inplace_jax.jit.", InplaceNestingWarning, stacklevel=user_stacklevel())
     rec, flat = trace_and_sequence(fun, args, kwargs, donated_leaf, cache,
                                    boundary=False)
     return run_traced(rec, flat)
