@@ -613,11 +613,16 @@ def _recomputed(st: _State, use: InplaceUse, c: int) -> bool:
 def _fused_reader(st: _State, out, c: int) -> bool:
   """In a refinement round: whether XLA may fuse an update into reader `c` (a
   reduction over the whole new version, say), reading the old buffer there, and a
-  barrier between them changes no value: the values are integers, or the reader is
-  a reduction whose combiner does not round (max, min, argmax, and, or)."""
+  barrier between them changes no value: the values are integers, the reader is
+  a reduction whose combiner does not round (max, min, argmax, and, or), or it is
+  elementwise (each of its elements reads one element, moved or not; a
+  transcendental over a fused dynamic-update-slice and over the materialised one
+  gave the same bits, docs/xla_notes.md; the fingerprint checks the rest)."""
   if not st.hints.through_updates:
     return False
   e = st.g.eqns[c]
+  if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE):
+    return True
   exact_reduction = (_traits.has(e.primitive, _traits.Trait.REDUCTION)
                      and not _traits.has(e.primitive, _traits.Trait.SENSITIVE))
   return exact_reduction or not X.is_inexact(out)

@@ -764,23 +764,64 @@ def _check(opts: argparse.Namespace) -> int:
 
 
 def _audit(opts, specs, donate, static):
+  """Loads the target, runs it under jax.jit and inplace_jax.jit, and returns the
+  result dictionary, both variants and the argument lines."""
   import jax
 
-  import inplace_jax
-
   fn, label = load_function(opts.target)
-  factory_args: list[Any] = []
-  if opts.args_factory:
-    make_args, _ = load_function(opts.args_factory, "--args-factory")
-    try:
-      made = make_args()
-    except Exception as e:
-      raise UsageError(f"--args-factory {opts.args_factory}: raised "
-                       f"{_one_line(e)}") from e
-    if not isinstance(made, (tuple, list)):
-      raise UsageError(f"--args-factory {opts.args_factory}: must return a tuple of "
-                       f"positional arguments, got {type(made).__name__}")
-    factory_args = list(made)
+  factory_args = _factory_args(opts)
+  nargs = len(factory_args) + len(specs)
+  _validate_indices(opts, specs, factory_args, donate, static)
+  if _needs_x64(specs) and not jax.config.jax_enable_x64:
+    jax.config.update("jax_enable_x64", True)
+    if not opts.quiet:
+      print("[inplace_jax] note: 64-bit dtype requested: jax_enable_x64 turned on",
+            file=sys.stderr)
+  args = _make_args(opts, specs, factory_args, static)
+  names = _arg_labels(fn, nargs)
+  arg_lines = [f"{names[i]}: {_describe(a)}"
+               + (" (donated)" if i in donate else " (static)" if i in static else "")
+               for i, a in enumerate(args)]
+  jj, ij = _run_both(opts, fn, label, args, donate, static)
+  ratio = (jj.median_s / ij.median_s if jj.median_s is not None and ij.median_s
+           else None)
+  result = {
+      "function": label,
+      "args": arg_lines,
+      "donate_argnums": donate,
+      "static_argnums": static,
+      "min_bytes": opts.min_bytes,
+      "repeat": opts.repeat,
+      "backend": jax.default_backend(),
+      "jax_version": jax.__version__,
+      "jax_jit": jj.summary(opts.min_bytes),
+      "inplace_jax_jit": ij.summary(opts.min_bytes),
+      "time_ratio": ratio,
+      "outputs_equal": trees_equal(jj.output, ij.output) if opts.repeat > 0 else None,
+      "jax_jit_report": jj.report.to_dict(),
+      "inplace_jax_report": ij.report.to_dict(),
+  }
+  return result, jj, ij, arg_lines
+
+
+def _factory_args(opts) -> list[Any]:
+  """The positional arguments `--args-factory` returns (none without it)."""
+  if not opts.args_factory:
+    return []
+  make_args, _ = load_function(opts.args_factory, "--args-factory")
+  try:
+    made = make_args()
+  except Exception as e:
+    raise UsageError(f"--args-factory {opts.args_factory}: raised "
+                     f"{_one_line(e)}") from e
+  if not isinstance(made, (tuple, list)):
+    raise UsageError(f"--args-factory {opts.args_factory}: must return a tuple of "
+                     f"positional arguments, got {type(made).__name__}")
+  return list(made)
+
+
+def _validate_indices(opts, specs, factory_args, donate, static) -> None:
+  """Usage errors for missing arguments and bad `--donate`/`--static` indices."""
   if not factory_args and not specs:
     raise UsageError("no arguments: give --arg specs (e.g. --arg 'f32[1000,1000]') "
                      "or --args-factory FILE.py:FN")
@@ -802,14 +843,13 @@ def _audit(opts, specs, donate, static):
   for i in donate:
     if all_specs[i] is not None and not _spec_leaves(all_specs[i]):
       raise UsageError(f"--donate {i}: argument {i} is a Python value, not an array")
-  if _needs_x64(specs) and not jax.config.jax_enable_x64:
-    jax.config.update("jax_enable_x64", True)
-    if not opts.quiet:
-      print("[inplace_jax] note: 64-bit dtype requested: jax_enable_x64 turned on",
-            file=sys.stderr)
 
-  run = opts.repeat > 0
-  if run:
+
+def _make_args(opts, specs, factory_args, static) -> list[Any]:
+  """Concrete arguments (with `--repeat`) or abstract ones (without)."""
+  import jax
+
+  if opts.repeat > 0:
     args = runtime_owned(factory_args) + build_args(specs, opts.seed)
   else:
     args = [jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)
@@ -821,13 +861,18 @@ def _audit(opts, specs, donate, static):
     except TypeError:
       raise UsageError(f"--static {i}: static arguments must be hashable, got "
                        f"{type(args[i]).__name__}") from None
-  names = _arg_labels(fn, nargs)
-  arg_lines = [f"{names[i]}: {_describe(a)}"
-               + (" (donated)" if i in donate else " (static)" if i in static else "")
-               for i, a in enumerate(args)]
+  return args
 
-  jit_kw = dict(donate_argnums=tuple(donate) or None,
-                static_argnums=tuple(static) or None)
+
+def _run_both(opts, fn, label, args, donate, static) -> tuple[Variant, Variant]:
+  """The target under jax.jit, then under inplace_jax.jit."""
+  import jax
+
+  import inplace_jax
+
+  run = opts.repeat > 0
+  jit_kw: dict[str, Any] = dict(donate_argnums=tuple(donate) or None,
+                                static_argnums=tuple(static) or None)
   ref = jax.jit(fn, **jit_kw)
   jj = Variant("jax.jit")
   try:
@@ -851,23 +896,4 @@ def _audit(opts, specs, donate, static):
   if ij.report is None:
     raise InplaceFailure(f"inplace_jax.jit produced no report for {label} "
                          "(please report it as a bug)")
-
-  ratio = (jj.median_s / ij.median_s if jj.median_s is not None and ij.median_s
-           else None)
-  result = {
-      "function": label,
-      "args": arg_lines,
-      "donate_argnums": donate,
-      "static_argnums": static,
-      "min_bytes": opts.min_bytes,
-      "repeat": opts.repeat,
-      "backend": jax.default_backend(),
-      "jax_version": jax.__version__,
-      "jax_jit": jj.summary(opts.min_bytes),
-      "inplace_jax_jit": ij.summary(opts.min_bytes),
-      "time_ratio": ratio,
-      "outputs_equal": trees_equal(jj.output, ij.output) if run else None,
-      "jax_jit_report": jj.report.to_dict(),
-      "inplace_jax_report": ij.report.to_dict(),
-  }
-  return result, jj, ij, arg_lines
+  return jj, ij

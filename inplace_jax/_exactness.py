@@ -66,10 +66,6 @@ def cut_safe_var(eqn, var) -> bool:
   return cut_safe(eqn, [o is var for o in eqn.outvars].index(True))
 
 
-# What a product can be contracted into: XLA:CPU fuses `a * b + c` into one FMA.
-_ADDS = frozenset(("add", "sub", "add_any"))
-
-
 def cut_safe_here(eqn, var, eqns, consumers) -> bool:
   """`cut_safe_var`, or, in a refinement round (whose compiled program the
   fingerprint checks): `var` is an elementwise product (or a transcendental, whose
@@ -108,7 +104,7 @@ def _added(var, eqns, consumers, depth: int) -> bool:
     seen.add(w)
     for k, pos in consumers.get(w, ()):
       e = eqns[k]
-      if e.primitive.name in _ADDS:
+      if _traits.has(e.primitive, Trait.ADDITIVE):
         return True
       inner = R.call_body(e)
       if inner is not None:

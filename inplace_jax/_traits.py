@@ -61,6 +61,8 @@ class Trait(enum.Flag):
   CONTROL_FLOW = enum.auto()
   # Dots and convolutions: their operand layouts and order decide the summation.
   CONTRACTION = enum.auto()
+  # Adds or subtracts: XLA:CPU may contract a product it consumes into one FMA.
+  ADDITIVE = enum.auto()
 
 
 T = Trait
@@ -90,8 +92,8 @@ _TABLE: dict[str, Trait] = {
     "iota": T.CUT_SAFE | T.GENERATED,
     # exact elementwise arithmetic
     "convert_element_type": T.EXACT | T.ELEMENTWISE | T.CUT_SAFE,
-    "add": _EXACT_ARITH,
-    "sub": _EXACT_ARITH,
+    "add": _EXACT_ARITH | T.ADDITIVE,
+    "sub": _EXACT_ARITH | T.ADDITIVE,
     "neg": _EXACT_ARITH,
     "abs": _EXACT_ARITH,
     "max": _EXACT_ARITH,
@@ -104,7 +106,7 @@ _TABLE: dict[str, Trait] = {
     "real": _EXACT_ARITH,
     "imag": _EXACT_ARITH,
     "conj": _EXACT_ARITH,
-    "add_any": T.EXACT | T.CUT_SAFE,
+    "add_any": T.EXACT | T.CUT_SAFE | T.ADDITIVE,
     "mul": _EXACT_MUL,
     "div": _EXACT_MUL,
     "rem": _EXACT_MUL,
