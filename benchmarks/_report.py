@@ -94,7 +94,8 @@ def print_dispatch(rows: list[dict], targets_of) -> None:
     v = row["variants"]
     for m in ("pipelined", "blocking"):
       cells = "  ".join(f"{k} {v[k][m]['median_us']:.2f}" for k in v)
-      print(f"{m:<10} {cells}  inplace/jax {row[f'ratio_{m}']:.3f}")
+      print(f"{m:<10} {cells}  inplace/jax {row[f'ratio_{m}']:.3f} "
+            f"(paired rounds {row[f'paired_ratio_{m}']:.3f})")
     print("targets: " + "; ".join(fmt_target(t) for t in targets_of(row))
           + f"; values {_values(row)}")
 

@@ -8,6 +8,10 @@ median over interleaved rounds:
 * pipelined: a batch of chained calls (each takes the previous call's donated output),
   blocked once at the end, divided by the batch size: the throughput a loop sees;
 * blocking: each call waited for, one at a time: the latency of one call.
+
+The target is the median over rounds of each round's ratio (inplace_jax's sample
+over jax.jit's, taken moments apart); the ratio of the overall medians is printed
+too.
 """
 
 from __future__ import annotations
@@ -87,15 +91,17 @@ def run(settings) -> list[dict]:
   for m in ("pipelined", "blocking"):
     row[f"ratio_{m}"] = (row["variants"][INPLACE][m]["median_us"]
                          / row["variants"][JAX][m]["median_us"])
-    # The same, round by round (samples taken moments apart): less sensitive to load
-    # that drifts over the run. Recorded for reference; the target uses the above.
+    # The same, round by round (samples taken moments apart): insensitive to load
+    # that drifts over the run (a 2-core machine's medians moved by 13% between
+    # variants in one run of five while the paired ratio stayed at 1.04). The
+    # target uses this one; both are printed.
     row[f"paired_ratio_{m}"] = statistics.median(
         a / b for a, b in zip(samples[(INPLACE, m)], samples[(JAX, m)], strict=True))
   return [row]
 
 
 def targets(row) -> list[dict]:
-  return [target("warm call inplace/jax (pipelined)", row["ratio_pipelined"], "<=",
-                 TARGET),
-          target("warm call inplace/jax (blocking)", row["ratio_blocking"], "<=",
-                 TARGET)]
+  return [target("warm call inplace/jax (pipelined, paired rounds)",
+                 row["paired_ratio_pipelined"], "<=", TARGET),
+          target("warm call inplace/jax (blocking, paired rounds)",
+                 row["paired_ratio_blocking"], "<=", TARGET)]
