@@ -184,6 +184,22 @@ def discharge_refs(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
   return closed.jaxpr, list(closed.consts)
 
 
+def ref_accesses(jaxpr: Jaxpr):
+  """Each Ref read, write and `+=` in `jaxpr` (and the jaxprs inside it), as
+  (kind, equation): kind `"read"` (`r[i]`), `"write"` (`r[i] = v`, a swap) or
+  `"add"` (`r[i] += v`)."""
+  from jax._src.state import primitives as state_p
+  kinds = {state_p.get_p: "read", state_p.swap_p: "write", state_p.addupdate_p: "add"}
+  for e in jaxpr.eqns:
+    kind = kinds.get(e.primitive)
+    if kind is not None:
+      yield kind, e
+    for key in jaxprs_in_params(e.params):
+      value = e.params[key]
+      for inner in (value if isinstance(value, (tuple, list)) else (value,)):
+        yield from ref_accesses(getattr(inner, "jaxpr", inner))
+
+
 def creates_refs(jaxpr: Jaxpr) -> bool:
   """Whether `jaxpr` (or a jaxpr inside it) creates a mutable ref."""
   for e in jaxpr.eqns:

@@ -172,6 +172,7 @@ class InplaceJitted:
     self._signatures: dict[int, tuple[Any, Signature]] = {}
     self._nested: dict[int, tuple[Any, Any]] = {}
     self._order: list[Signature] = []
+    self._ref_sites: dict[tuple[str, int], set[str]] = {}   # of the signature deciding
     self._warned_nesting = False
     functools.update_wrapper(self, fun)
     # Calls go straight to the C++ dispatcher: a class of this object's own whose
@@ -262,6 +263,7 @@ class InplaceJitted:
     return Candidate(program, jaxpr, tuple(options), report, fp, changed)
 
   def _decide(self, p, args_flat) -> Signature:
+    self._ref_sites = _ref_sites(C.params_jaxpr(p))
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
     threshold = significant_bytes(plain.report, self.min_bytes)
     if plain.report.verified and not plain.report.buffer_copies(threshold):
@@ -301,6 +303,7 @@ class InplaceJitted:
     if notes is None:
       notes = plan.all_conflicts() if plan is not None else ()
     report = _explained(chosen.report, _unique(notes), candidates, threshold)
+    report = _in_ref_terms(report, self._ref_sites, threshold)
     report = dataclasses.replace(report, program=chosen.program, decision=reason)
     return Signature(chosen.program, report, plan, tuple(candidates), reason, threshold,
                      chosen)
@@ -488,6 +491,59 @@ def _at(location: str | None, access) -> bool:
     return False
   return location.startswith(f"{access.location.file}:{access.location.line}:") or \
       location.startswith(f"{access.location.file}:{access.location.line} ")
+
+
+_REF_READS = frozenset({"slice", "dynamic_slice", "gather", "squeeze", "reshape"})
+_REF_WRITES = frozenset({"dynamic_update_slice", "scatter", "scatter-add", "add"})
+_REF_WORDS = {"read": "a Ref read", "write": "a Ref write", "add": "a Ref +="}
+
+
+def _ref_sites(jaxpr) -> dict[tuple[str, int], set[str]]:
+  """The kinds of Ref access ("read", "write", "add") on each user source line."""
+  sites: dict[tuple[str, int], set[str]] = {}
+  for kind, eqn in C.ref_accesses(jaxpr):
+    frame = C.user_frame(eqn)
+    if frame is not None:
+      sites.setdefault((frame.file_name, frame.start_line), set()).add(kind)
+  return sites
+
+
+def _ref_access(access, sites, writer: bool):
+  """`access` named in Ref terms where its line holds a Ref access of its kind (the
+  discharged Ref reads are slices, its writes updates)."""
+  if access is None or access.location is None or access.op is None:
+    return access
+  kinds = sites.get((access.location.file, access.location.line), set())
+  if writer and access.op in _REF_WRITES:
+    kind = "add" if "add" in kinds else "write" if "write" in kinds else None
+  elif not writer and access.op in _REF_READS and "read" in kinds:
+    kind = "read"
+  else:
+    kind = None
+  if kind is None:
+    return access
+  return dataclasses.replace(access, op=f"{access.op} ({_REF_WORDS[kind]})")
+
+
+def _in_ref_terms(report: CopyReport, sites, threshold: int) -> CopyReport:
+  """`report` with each buffer copy's reads and update named as the Ref reads and
+  writes the user wrote, where they are."""
+  if not sites:
+    return report
+  copies = report.buffer_copies(threshold)
+  out = []
+  for c in report.copies:
+    if c not in copies:
+      out.append(c)
+      continue
+    readers = tuple(_ref_access(a, sites, False) for a in c.readers)
+    writer = _ref_access(c.writer, sites, True)
+    cause = c.cause
+    for old, new in list(zip(c.readers, readers)) + [(c.writer, writer)]:
+      if cause and old is not None and new is not old:
+        cause = cause.replace(str(old), str(new))
+    out.append(dataclasses.replace(c, readers=readers, writer=writer, cause=cause))
+  return dataclasses.replace(report, copies=tuple(out))
 
 
 def _unique(items) -> tuple:

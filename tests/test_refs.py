@@ -140,3 +140,35 @@ def test_helper_ops_say_they_take_arrays(op):
           "after": lambda: inplace_jax.after(r, jnp.ones(3))}[op]
   with pytest.raises(TypeError, match="not a JAX Ref"):
     call()
+
+
+def _escapes(x):
+  r = jax.new_ref(x)
+  y = r[...]
+  r[0, 0] += 1.0      # the write the copy is blamed on
+  return jax.ref.freeze(r), y
+
+
+def _escapes_functional(x):
+  y = x
+  return x.at[0, 0].add(1.0), y
+
+
+def test_remaining_copy_is_explained_in_ref_terms():
+  """A copy no order removes (the old value is returned with the new one) names the
+  Ref write that forces it, with its line; the functional spelling's report does not
+  speak of Refs."""
+  import inspect
+  line = inspect.getsourcelines(_escapes)[1] + 3
+  c = compare(_escapes, lambda: (_x(),), donate_argnums=(0,), on_copy="ignore")
+  assert c.equal, c.difference
+  copies = c.candidate.report.buffer_copies(1024)
+  assert copies
+  assert any(c_.writer is not None and "(a Ref write)" in (c_.writer.op or "")
+             and c_.writer.location.line == line for c_ in copies), copies
+  assert all(f"(a Ref write) at {__file__}:{line}" in (c_.cause or "")
+             for c_ in copies if c_.writer is not None)
+  f = compare(_escapes_functional, lambda: (_x(),), donate_argnums=(0,),
+              on_copy="ignore")
+  assert f.equal, f.difference
+  assert "Ref" not in str(f.candidate.report)
