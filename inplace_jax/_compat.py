@@ -197,7 +197,7 @@ def ref_accesses(jaxpr: Jaxpr):
     for key in jaxprs_in_params(e.params):
       value = e.params[key]
       for inner in (value if isinstance(value, (tuple, list)) else (value,)):
-        yield from ref_accesses(getattr(inner, "jaxpr", inner))
+        yield from ref_accesses(inner.jaxpr if isinstance(inner, _core.ClosedJaxpr) else inner)
 
 
 def creates_refs(jaxpr: Jaxpr) -> bool:
