@@ -197,7 +197,8 @@ def ref_accesses(jaxpr: Jaxpr):
     for key in jaxprs_in_params(e.params):
       value = e.params[key]
       for inner in (value if isinstance(value, (tuple, list)) else (value,)):
-        yield from ref_accesses(inner.jaxpr if isinstance(inner, _core.ClosedJaxpr) else inner)
+        open_ = inner.jaxpr if isinstance(inner, _core.ClosedJaxpr) else inner
+        yield from ref_accesses(open_)
 
 
 def creates_refs(jaxpr: Jaxpr) -> bool:
