@@ -225,6 +225,36 @@ def _tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
   return out
 
 
+def _full_tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
+  """The whole expression computed at `name` inside `comp`, every operation (data
+  movement and selects too) down to the fusion's parameters."""
+  hit = memo.get(name)
+  if hit is not None:
+    return hit
+  ins = comp.by_name.get(name)
+  if ins is None:
+    out = "?"
+  elif ins.opcode == "parameter":
+    out = "p"
+  elif ins.opcode == "constant":
+    out = f"c{ins.operand_text.strip()}"
+  else:
+    args = ",".join(_full_tree(comp, o, memo) for o in ins.operands)
+    out = f"{ins.opcode}:{ins.shape_text}({args})"
+    if len(out) > _TREE_LIMIT:
+      out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
+  memo[name] = out
+  return out
+
+
+def _ambiguous(comp: Computation, ins: Instruction) -> bool:
+  """An add or subtract of two products: XLA:CPU contracts one of them into an FMA,
+  and which one depends on the code around them (a dynamic-update-slice fused into
+  one operand moved the last bit of one element in the fuzzer, seed 2026:248)."""
+  return ins.opcode in _SUMS and _is_float(ins) and len(ins.operands) == 2 and \
+      all(_product(comp, o) for o in ins.operands)
+
+
 def _expressions(module: HloModule) -> collections.Counter:
   """Each product (multiply, divide) computed in a fusion, with the whole float
   expression it is computed from and what consumes it there, and the loop the fusion
@@ -235,6 +265,7 @@ def _expressions(module: HloModule) -> collections.Counter:
   callers = _callers(module)
   for comp in module.computations.values():
     memo: dict[str, str] = {}
+    full: dict[str, str] = {}
     loop = _root_shape(comp) if comp.name in callers else ""
     for ins in comp.instructions:
       if ins.opcode not in _PRODUCTS or not _is_float(ins):
@@ -243,9 +274,12 @@ def _expressions(module: HloModule) -> collections.Counter:
                if u.opcode in _ARITH and _is_float(u)]
       if not any(u in _SUMS for u in users):
         continue     # nothing to contract it into
+      ambiguous = any(_ambiguous(comp, u) for u in comp.users.get(ins.name, []))
+      tree = (_full_tree(comp, ins.name, full) if ambiguous
+              else _tree(comp, ins.name, memo))
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
-                    ("product", ins.shape_text, _tree(comp, ins.name, memo),
+                    ("product", ins.shape_text, tree,
                      tuple(sorted(set(users))), loop))] += 1
   return out
 

@@ -479,10 +479,14 @@ def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
   tried = [c for c in candidates if c is not plain]
   if not tried:
     return "there is nothing to sequence"
-  sb, st = min(_bytes(c, min_bytes) for c in tried)
-  return (f"no sequenced program copies fewer buffer bytes and no more bytes in all "
-          f"(best: {sb:,} buffer bytes, {st:,} in all; jax.jit's: {pb:,}, {pt:,}): "
-          "jax.jit's program runs")
+  exact = [c for c in tried if not c.changed]
+  if not exact:
+    return ("every sequenced program computes some operation differently from "
+            "jax.jit's (see the copies' causes): jax.jit's program runs")
+  sb, st = min(_bytes(c, min_bytes) for c in exact)
+  return (f"no sequenced program that computes jax.jit's arithmetic copies fewer "
+          f"buffer bytes and no more bytes in all (best: {sb:,} buffer bytes, {st:,} "
+          f"in all; jax.jit's: {pb:,}, {pt:,}): jax.jit's program runs")
 
 
 def _at(location: str | None, access) -> bool:

@@ -456,6 +456,21 @@ def custom_vjp_zero_through_checkpoint(b0, b1):
   return (b1,)
 
 
+def two_products_subtracted_after_fused_update(b0, b1):
+  """Long run seed 2026 #248, commit f40e8ae. Oracle: inexact (1 of 384 elements). A
+  column block set from a vmapped matmul, then `b0 * 0.99 - 0.1 * v2`: a difference
+  of two products, of which XLA:CPU contracts one into an FMA. With the update
+  materialised by a refinement round, the other one was contracted; the fingerprint
+  now lists the whole fused expression of such products."""
+  b0 = b0.at[16].min(-2.0)
+  v1 = jax.vmap(lambda r: r @ (jnp.arange(128, dtype=jnp.float32).reshape(16, 8) % 5
+                               - 2) * 0.125)(b1)
+  b0 = b0.at[0:24, 6:14].set(v1[0:24, 0:8])
+  v2 = b1[8]
+  b0 = b0 * 0.99 - 0.1 * v2
+  return (v2, b0, b1,)
+
+
 REGRESSIONS = [
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
@@ -498,6 +513,9 @@ REGRESSIONS = [
     _case(switch_value_read_before_next_update,
           Buf("b1", (32, 64), "int32"), f32("b2", 24, 32),
           data="special", data_seed=1995224197),
+    _case(two_products_subtracted_after_fused_update,
+          f32("b0", 24, 16), f32("b1", 24, 16), data="integer",
+          data_seed=1677977510),
     _case(jit_returns_zero_with_buffer,
           f32("b0", 24, 32), f32("b1", 16, 32),
           data="special", data_seed=1970039202),
