@@ -164,6 +164,7 @@ def copy_summary(report, min_bytes: int) -> dict[str, Any]:
   return {
       "verified": report.verified,
       "copies": len(big) if report.verified else None,
+      "buffer_copies": len(report.buffer_copies(min_bytes)) if report.verified else None,
       "copies_all": len(report.copies),
       "copy_bytes_static": sum(c.nbytes for c in report.copies),
       "copy_bytes_per_call": per_call,
@@ -322,3 +323,8 @@ def target(name: str, value: float | None, op: str, bound: float) -> dict[str, A
 
 def copy_count(row, v) -> int | None:
   return row["variants"].get(v, {}).get("copies")
+
+
+def buffer_copy_count(row, v) -> int | None:
+  """Copies of a donated buffer (or a carry of one) in variant `v`'s program."""
+  return row["variants"].get(v, {}).get("buffer_copies")

@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks import _harness as H  # noqa: E402
 from benchmarks import _report as R  # noqa: E402
 from benchmarks import (  # noqa: E402
-    cases, compile_time, dispatch, loops, realworld, sweep, transform)
+    cases, compile_time, dispatch, loops, realworld, sweep, transform, traps)
 
 # name: (module, title, how it runs, how it prints)
 GROUPS = {
@@ -30,6 +30,8 @@ GROUPS = {
     "cases": (cases, "cases: realistic read-then-update steps", "cases",
               R.print_case_table),
     "loops": (loops, "loops: issue-4 loops and conditionals", "cases",
+              R.print_case_table),
+    "traps": (traps, "traps: the classic JAX copy traps", "cases",
               R.print_case_table),
     "dispatch": (dispatch, "", "custom", R.print_dispatch),
     "compile": (compile_time, "", "custom", R.print_compile),

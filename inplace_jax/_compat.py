@@ -11,7 +11,7 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -182,6 +182,24 @@ def discharge_refs(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
   closed = discharge_state(_core.ClosedJaxpr(jaxpr, list(consts)),
                            should_discharge=[False] * len(jaxpr.invars))
   return closed.jaxpr, list(closed.consts)
+
+
+def eqn_context(eqn: JaxprEqn):
+  """A context in which traced operations carry `eqn`'s source information (the
+  user's line) and name stack, not the frame that emits them."""
+  name_stack = _siu.current_name_stack() + eqn.source_info.name_stack
+  return _siu.user_context(eqn.source_info.traceback, name_stack=name_stack)
+
+
+def bind_eqn(eqn: JaxprEqn, vals: Sequence[Any]) -> list[Any]:
+  """Binds `eqn`'s primitive to `vals` under the current trace, with its source
+  information and name stack (as `jax.core.eval_jaxpr` does); its outputs."""
+  bind_params = eqn.primitive.get_bind_params(eqn.params)
+  name_stack = _siu.current_name_stack() + eqn.source_info.name_stack
+  with _siu.user_context(eqn.source_info.traceback, name_stack=name_stack), \
+      eqn.ctx.manager:
+    ans = eqn.primitive.bind(*vals, **bind_params)
+  return list(ans) if eqn.primitive.multiple_results else [ans]
 
 
 def ref_accesses(jaxpr: Jaxpr):

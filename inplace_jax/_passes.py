@@ -6,11 +6,15 @@ form the analysis and XLA handle best:
 1. `discharge_refs`: mutable refs created inside the function become values.
 2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
    ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
-3. `pick_given_outputs`: a conditional's small outputs that a branch gives as a
+3. `predicate_batched_loops`: a `while` whose predicate is batched (`vmap` of a
+   loop whose trip count differs between elements) runs while any element is
+   active, as JAX lowers it, but the writes of a big carry are predicated at the
+   size of each write instead of a whole-buffer select per step.
+4. `pick_given_outputs`: a conditional's small outputs that a branch gives as a
    literal or an operand are picked after it by `select_n` on the index.
-4. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
+5. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
    returns them updated carries the buffer instead (no whole-stack copy on entry).
-5. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
+6. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
    fusion, `jax.checkpoint`'s CSE barriers go too, so the options that keep
    inplace_jax's barriers do not keep those.
 """
@@ -32,6 +36,8 @@ class PassContext:
   in_loop: bool
   erase_remat_barriers: bool
   analyze: Callable[..., Any]
+  # Names of the passes that restructured the jaxpr (filled as they run).
+  restructured: list[str] = dataclasses.field(default_factory=list)
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
@@ -42,6 +48,13 @@ def discharge_refs(jaxpr, consts, ctx: PassContext):
 
 def dead_code(jaxpr, consts, ctx: PassContext):
   return C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0], consts
+
+
+def predicate_batched_loops(jaxpr, consts, ctx: PassContext):
+  new = map_eqns(jaxpr, _scalar_predicate, {})
+  if new is not jaxpr:
+    ctx.restructured.append("predicate_batched_loops")
+  return new, consts
 
 
 def pick_given_outputs(jaxpr, consts, ctx: PassContext):
@@ -60,8 +73,8 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
   return map_eqns(jaxpr, _without_remat_barrier, {}), consts
 
 
-PASSES = (discharge_refs, dead_code, pick_given_outputs, carry_scanned_buffers,
-          erase_remat_barriers)
+PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
+          carry_scanned_buffers, erase_remat_barriers)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):
@@ -113,6 +126,15 @@ def _mapped_params(params, fn, memo) -> dict | None:
       new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
                          else new_seq[0])
   return new_params
+
+
+def _scalar_predicate(eqn) -> list:
+  """A `while` with a batched predicate, written out with its writes predicated
+  (`loops.scalar_predicate_while`)."""
+  if eqn.primitive is not C.while_p:
+    return [eqn]
+  new = loops.scalar_predicate_while(eqn)
+  return [eqn] if new is None else [new]
 
 
 def _without_remat_barrier(eqn) -> list:

@@ -150,11 +150,15 @@ class Plan:
   strong_flows: tuple[bool, ...]      # per invar: that chain has a strong update
   moved: tuple[int, ...]              # reads emitted earlier than in the original order
   conflicts: tuple[Conflict, ...]
+  # Normalisation passes that restructured the jaxpr for in-place updates (as
+  # opposed to cleaning it up), e.g. "predicate_batched_loops".
+  restructured: tuple[str, ...] = ()
 
   @property
   def changed(self) -> bool:
-    """Whether the rewrite would produce anything but the normalised jaxpr."""
-    return bool(self.barriers or self.splits or self.moved or
+    """Whether the rewrite would produce anything but the normalised jaxpr, or the
+    normalisation restructured it."""
+    return bool(self.barriers or self.splits or self.moved or self.restructured or
                 any(i.changed for i in self.infos))
 
   def all_conflicts(self) -> tuple[Conflict, ...]:
@@ -173,7 +177,8 @@ class Plan:
 
   def stats(self) -> dict[str, int]:
     """Counts over this plan and its sub-plans (each distinct sub-plan once)."""
-    counts = {"barriers": 0, "splits": 0, "moved": 0, "lowered_conds": 0}
+    counts = {"barriers": 0, "splits": 0, "moved": 0, "lowered_conds": 0,
+              "predicated_loops": 0}
     seen: set[int] = set()
 
     def visit(p: Plan) -> None:
@@ -183,6 +188,7 @@ class Plan:
       counts["barriers"] += len(p.barriers)
       counts["splits"] += len(p.splits)
       counts["moved"] += len(p.moved)
+      counts["predicated_loops"] += p.restructured.count("predicate_batched_loops")
       for info in p.infos:
         stat = getattr(info.action, "stat", None)
         if stat is not None:
@@ -197,7 +203,9 @@ class Plan:
     s = self.stats()
     lines = [f"Plan: {s['barriers']} barrier(s), {s['splits']} read-modify-write "
              f"split(s), {s['moved']} read(s) moved, {s['lowered_conds']} "
-             f"conditional(s) lowered to loops"]
+             f"conditional(s) lowered to loops"
+             + (f", {s['predicated_loops']} batched loop(s) predicated"
+                if s["predicated_loops"] else "")]
     for c in self.all_conflicts():
       lines.append(f"  conflict ({c.kind}): {c}")
     return "\n".join(lines)

@@ -96,6 +96,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
                               analyze=analyzer)
     jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
     plan = analyzer(jaxpr, buffers, in_loop)
+    if ctx.restructured:
+      plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
     if boundary and not in_loop:
       plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer)
     new = Rewriter()(plan)

@@ -30,12 +30,13 @@ CASES = {
     "lu_pivot": (48, ["lu"]),
     "roll": (128, ["roll"]),
     "masked_update": (128, ["update_if", "update_unless"]),
+    "batched_while": (256, ["solve_batch"]),
 }
 
 # Functions whose plain jax.jit copies a whole donated buffer (observed).
 JAX_COPIES_A_BUFFER = {"step", "decode_step", "decode_step_thd", "decode_step_scan",
                        "sample_and_insert",
-                       "lu", "roll", "update_if", "update_unless"}
+                       "lu", "roll", "update_if", "update_unless", "solve_batch"}
 
 
 def _load(name):

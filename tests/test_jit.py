@@ -212,7 +212,7 @@ def test_sequence_jaxpr_checks_and_plan():
   with jax.enable_checks(True):
     new, plan = inplace_jax.sequence_jaxpr(cj, [True])
   assert plan.stats() == {"barriers": 1, "splits": 1, "moved": 0,
-                          "lowered_conds": 0}
+                          "lowered_conds": 0, "predicated_loops": 0}
   assert "optimization_barrier" in str(new)
   out = jax.core.eval_jaxpr(new.jaxpr, new.consts, _x())
   assert_tree_equal(tuple(out), example_20440(_x()))

@@ -247,6 +247,177 @@ def _carried_xs_body(eqn, body, moved_k, moved_j, bufs, count):
   return eqns + step, new_bufs, count_next
 
 
+# --------------------------------------------------------------------------- batched predicates
+
+
+def scalar_predicate_while(eqn) -> C.JaxprEqn | None:
+  """A `while` whose predicate is batched (`jax.vmap` of a loop whose trip count
+  differs between batch elements) as a loop on "any element still active", or None.
+
+  JAX lowers such a loop to run while any element is active and to select, after
+  each step, the new value of every carry where its element is active and the old
+  one elsewhere: a whole-buffer select per step, whose old operand XLA must keep
+  aside from the in-place update (a copy of the buffer each step; jax#13522). Here
+  the same loop is written out in the jaxpr, except that a big carry the body
+  changes only by `dynamic_update_slice`s and `scatter`s is predicated at the size
+  of each write: the written window keeps its old value where its element is done.
+  The values are those of JAX's lowering: each element's carries change only while
+  it is active, and batch elements do not interact (a body that names a vmap axis
+  is left alone).
+  """
+  p = eqn.params
+  cond, body = p["cond_jaxpr"], p["body_jaxpr"]
+  pred = cond.out_avals[0]
+  cn, bn = p["cond_nconsts"], p["body_nconsts"]
+  carries = eqn.invars[cn + bn:]
+  if not pred.shape or not any(is_big(v.aval) for v in carries):
+    return None
+  if any(tuple(v.aval.shape[:pred.ndim]) != tuple(pred.shape) for v in carries):
+    return None
+  if _names_an_axis(body.jaxpr) or _names_an_axis(cond.jaxpr):
+    return None
+  chains = [_set_chain(body.jaxpr, bn + i, i) if is_big(v.aval) else None
+            for i, v in enumerate(carries)]
+  avals = [v.aval for v in eqn.invars]
+  cond_avals = avals[:cn] + avals[cn + bn:]
+  with C.eqn_context(eqn):
+    new_cond = _make_closed(lambda *a: _any_active(cond, a), cond_avals)
+    new_body = _make_closed(
+        lambda *a: _predicated_step(cond, body, cn, bn, chains, a), avals)
+  params = dict(p, cond_jaxpr=new_cond, body_jaxpr=new_body, body_nconsts=cn + bn)
+  invars = list(eqn.invars[:cn]) + list(eqn.invars[:cn + bn]) + list(carries)
+  return eqn.replace(invars=invars, params=params)
+
+
+def _names_an_axis(jaxpr) -> bool:
+  """Whether `jaxpr` holds a collective over a named axis (batch elements would
+  interact)."""
+  for e in jaxpr.eqns:
+    axes = e.params.get("axes")
+    if "axis_name" in e.params or (isinstance(axes, (tuple, list)) and any(
+        isinstance(a, str) for a in axes)):
+      return True
+    for key in C.jaxprs_in_params(e.params):
+      val = e.params[key]
+      for j in (val if isinstance(val, (tuple, list)) else (val,)):
+        if _names_an_axis(j.jaxpr if isinstance(j, C.ClosedJaxpr) else j):
+          return True
+  return False
+
+
+def _set_chain(body, invar: int, out: int) -> tuple[int, ...] | None:
+  """The equations (in order) of a chain of `dynamic_update_slice`s and `scatter`s
+  that turns body input `invar` into body output `out`, or None if the output is
+  computed otherwise (it is then selected whole)."""
+  producer = {o: k for k, e in enumerate(body.eqns) for o in e.outvars}
+  v, chain = body.outvars[out], []
+  while v is not body.invars[invar]:
+    k = producer.get(v)
+    if C.is_literal(v) or k is None:
+      return None
+    e = body.eqns[k]
+    if e.primitive not in (C.dynamic_update_slice_p, C.scatter_p) or \
+        e.params.get("update_jaxpr") is not None:
+      return None
+    chain.append(k)
+    v = e.invars[0]
+  return tuple(reversed(chain))
+
+
+def _make_closed(fn, avals) -> C.ClosedJaxpr:
+  import jax
+  return jax.make_jaxpr(fn)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
+
+
+def _any_active(cond, args):
+  import jax.numpy as jnp
+  (active,) = C.eval_jaxpr(cond.jaxpr, cond.consts, *args)
+  return jnp.any(active)
+
+
+def _predicated_step(cond, body, cn: int, bn: int, chains, args):
+  """One step of the loop: the predicate, the body with the chained writes of big
+  carries predicated, and the other carries selected."""
+  from jax import lax
+  cconsts, bconsts, carries = args[:cn], args[cn:cn + bn], args[cn + bn:]
+  (active,) = C.eval_jaxpr(cond.jaxpr, cond.consts, *cconsts, *carries)
+  chained = {k: i for i, ks in enumerate(chains) if ks for k in ks}
+  outs = _run_body(body, list(bconsts) + list(carries), chained, active)
+  new = []
+  for i, (old, out) in enumerate(zip(carries, outs, strict=True)):
+    if chains[i] is not None:
+      new.append(out)       # written in place, window by window
+    else:
+      mask = lax.broadcast_in_dim(active, old.shape, tuple(range(active.ndim)))
+      new.append(lax.select(mask, out, old))
+  return new
+
+
+def _run_body(body, args, chained: dict[int, int], active):
+  """`body` evaluated on `args`, each equation in `chained` (a write of a big
+  carry's chain) predicated on `active`."""
+  env: dict = {}
+  for v, x in zip(body.jaxpr.constvars, body.consts, strict=True):
+    env[v] = x
+  for v, x in zip(body.jaxpr.invars, args, strict=True):
+    env[v] = x
+  read = lambda v: v.val if C.is_literal(v) else env[v]   # noqa: E731
+  for k, e in enumerate(body.jaxpr.eqns):
+    vals = [read(v) for v in e.invars]
+    if k in chained:
+      with C.eqn_context(e):
+        outs = [_predicated_write(e, vals, active)]
+    else:
+      outs = C.bind_eqn(e, vals)
+    for v, x in zip(e.outvars, outs, strict=True):
+      if not C.is_drop_var(v):
+        env[v] = x
+  return [read(v) for v in body.jaxpr.outvars]
+
+
+def _predicated_write(e, vals, active):
+  """Write `e` (a dynamic-update-slice or a scatter) with its update replaced, where
+  its batch element is done, by the values it would overwrite."""
+  from jax import lax
+  x = vals[0]
+  mask = lax.broadcast_in_dim(active, x.shape, tuple(range(active.ndim)))
+  if e.primitive is C.dynamic_update_slice_p:
+    update, index = vals[1], vals[2:]
+    old = lax.dynamic_slice(x, index, update.shape)
+    keep = lax.dynamic_slice(mask, index, update.shape)
+  else:
+    indices, update = vals[1], vals[2]
+    old, keep = (_gathered(e, a, indices, update.shape) for a in (x, mask))
+  new_update = lax.select(keep, update, old)
+  return C.bind_eqn(e, [x, *([new_update] + vals[2:] if e.primitive is
+                              C.dynamic_update_slice_p else [vals[1], new_update])])[0]
+
+
+def _gathered(e, operand, indices, update_shape):
+  """What scatter `e` would overwrite in `operand`: the gather its windows read."""
+  from jax import lax
+  dn = e.params["dimension_numbers"]
+  batching = tuple(getattr(dn, "operand_batching_dims", ()))
+  sizes, pos = [], 0
+  for d in range(operand.ndim):
+    if d in dn.inserted_window_dims or d in batching:
+      sizes.append(1)
+    else:
+      sizes.append(update_shape[dn.update_window_dims[pos]])
+      pos += 1
+  gdn = lax.GatherDimensionNumbers(
+      offset_dims=tuple(dn.update_window_dims),
+      collapsed_slice_dims=tuple(dn.inserted_window_dims),
+      start_index_map=tuple(dn.scatter_dims_to_operand_dims),
+      operand_batching_dims=batching,
+      start_indices_batching_dims=tuple(getattr(dn, "scatter_indices_batching_dims",
+                                                ())))
+  return lax.gather(operand, indices, gdn, tuple(sizes), mode=e.params["mode"],
+                    indices_are_sorted=e.params.get("indices_are_sorted", False),
+                    unique_indices=e.params.get("unique_indices", False),
+                    fill_value=None)
+
+
 # --------------------------------------------------------------------------- registry
 
 register(C.while_p, analyze=_while_rule, bindings=_while_bindings,
