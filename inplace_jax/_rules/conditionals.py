@@ -45,12 +45,26 @@ def cond_carries(eqn, plans) -> list[tuple[int, int]]:
     targets = {p.flows[i] for p in plans if p.flows[i] is not None}
     updated = any(p.flows[i] is not None and p.jaxpr.outvars[p.flows[i]]
                   is not p.jaxpr.invars[i] for p in plans)
+    if len(targets) == 1 and not updated:
+      # A branch that replaces the buffer with a value computed afresh (zeros,
+      # say) where another passes it through: carried, the new value is written
+      # over the buffer.
+      o = next(iter(targets))
+      updated = any(p.flows[i] is None and _fresh(p.jaxpr, o) for p in plans)
     if len(targets) == 1 and updated:
       o = targets.pop()
       if o not in taken and ops[i].aval == eqn.outvars[o].aval:
         taken.add(o)
         pairs.append((i, o))
   return pairs
+
+
+def _fresh(jaxpr, o: int) -> bool:
+  """Whether output `o` of a branch is computed in the branch (not an operand or a
+  literal passed through)."""
+  v = jaxpr.outvars[o]
+  return not C.is_literal(v) and all(v is not w for w in jaxpr.invars) and \
+      is_big(v.aval)
 
 
 def _cond_rule(eqn, is_version, ctx):
@@ -74,8 +88,14 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
   # branches need no barriers of their own; lowering it to loops would only cost
   # speed. With the updating branch first, three branches or more, or a branch
   # that reads its buffer after updating it, XLA copies inside the branch.
+  # A branch 0 that rewrites the buffer elementwise (`x * 0.5 + 1`) or replaces it
+  # (`zeros_like(x)`) copies it all the same (measured): XLA writes the branch's
+  # result over the operand the other branch returns.
   keeps_in_place = (len(plans) == 2
                     and not any(plans[0].strong_flows[i] for i, _ in pairs)
+                    and not any(_rewrites(plans[0], i, o) or (
+                        plans[0].flows[i] is None and _fresh(plans[0].jaxpr, o))
+                        for i, o in pairs)
                     and not any(p.changed for p in plans))
   # With a constant index XLA keeps only the chosen branch: nothing to lower.
   return (not keeps_in_place and not ctx.manual
@@ -86,6 +106,11 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
           # A branch that rewrites a buffer elementwise (no strong update) gains
           # nothing from a loop: XLA keeps the copy and the loop adds its own.
           and not any(_weak_only(p, i, o) for p in plans for i, o in pairs))
+
+
+def _rewrites(plan, i: int, o: int) -> bool:
+  """Whether the branch computes output `o` from operand `i` in place (elementwise)."""
+  return plan.flows[i] == o and plan.jaxpr.outvars[o] is not plan.jaxpr.invars[i]
 
 
 def _weak_only(plan, i: int, o: int) -> bool:
