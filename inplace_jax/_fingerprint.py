@@ -196,10 +196,12 @@ _SUMS = frozenset(("add", "subtract"))
 _TREE_LIMIT = 400
 
 
-def _tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
+def _tree(comp: Computation, name: str, memo: dict[str, str],
+          full: bool = False) -> str:
   """The floating-point expression computed at `name` inside `comp`, canonical:
   operands that are not float arithmetic (parameters, data movement, selects) are
-  leaves, constants are their values."""
+  leaves, constants are their values. With `full`, every operation (data movement
+  and selects too) down to the fusion's parameters, with its shape."""
   hit = memo.get(name)
   if hit is not None:
     return hit
@@ -208,41 +210,22 @@ def _tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
     out = "?"
   elif ins.opcode == "constant":
     out = f"c{ins.operand_text.strip()}"
-  elif ins.opcode == "broadcast" and ins.operands and \
+  elif ins.opcode == "parameter":
+    out = "p"
+  elif not full and ins.opcode == "broadcast" and ins.operands and \
       comp.by_name.get(ins.operands[0]) is not None and \
       comp.by_name[ins.operands[0]].opcode == "constant":
     out = _tree(comp, ins.operands[0], memo)
-  elif ins.opcode in _ARITH and _is_float(ins):
-    args = [_tree(comp, o, memo) for o in ins.operands]
-    if ins.opcode in ("add", "multiply"):
+  elif full or (ins.opcode in _ARITH and _is_float(ins)):
+    args = [_tree(comp, o, memo, full) for o in ins.operands]
+    if not full and ins.opcode in ("add", "multiply"):
       args.sort()
-    out = f"{ins.opcode}({','.join(args)})"
+    head = f"{ins.opcode}:{ins.shape_text}" if full else ins.opcode
+    out = f"{head}({','.join(args)})"
     if len(out) > _TREE_LIMIT:
       out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
   else:
     out = "p"
-  memo[name] = out
-  return out
-
-
-def _full_tree(comp: Computation, name: str, memo: dict[str, str]) -> str:
-  """The whole expression computed at `name` inside `comp`, every operation (data
-  movement and selects too) down to the fusion's parameters."""
-  hit = memo.get(name)
-  if hit is not None:
-    return hit
-  ins = comp.by_name.get(name)
-  if ins is None:
-    out = "?"
-  elif ins.opcode == "parameter":
-    out = "p"
-  elif ins.opcode == "constant":
-    out = f"c{ins.operand_text.strip()}"
-  else:
-    args = ",".join(_full_tree(comp, o, memo) for o in ins.operands)
-    out = f"{ins.opcode}:{ins.shape_text}({args})"
-    if len(out) > _TREE_LIMIT:
-      out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
   memo[name] = out
   return out
 
@@ -275,7 +258,7 @@ def _expressions(module: HloModule) -> collections.Counter:
       if not any(u in _SUMS for u in users):
         continue     # nothing to contract it into
       ambiguous = any(_ambiguous(comp, u) for u in comp.users.get(ins.name, []))
-      tree = (_full_tree(comp, ins.name, full) if ambiguous
+      tree = (_tree(comp, ins.name, full, True) if ambiguous
               else _tree(comp, ins.name, memo))
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
