@@ -273,6 +273,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     caller = callers.get(comp.name)
+    full: dict[str, str] = {}
     for ins in comp.instructions:
       if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
         continue
@@ -282,9 +283,13 @@ def fingerprint(module: HloModule) -> collections.Counter:
       form: tuple
       if ins.opcode in ("add", "subtract"):
         # Contraction also depends on the loop the fusion runs (its output: a row
-        # sliced out of the expression, a reduction over it, the whole of it).
+        # sliced out of the expression, a reduction over it, the whole of it), and
+        # on everything fused into the add's operands: with a dynamic-update-slice
+        # fused into the other operand or materialised, XLA:CPU contracted
+        # differently (fuzz seed 2027 #3030, #3042, #3267: 1 ulp in up to 72 of
+        # 1,024 elements), so the whole fused expression is listed.
         form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0],
-                _root_shape(comp))
+                _root_shape(comp), _tree(comp, ins.name, full, True))
       else:
         form = (ins.opcode, ins.shape_text,
                 tuple(_operand_shape(comp, o) for o in ins.operands),

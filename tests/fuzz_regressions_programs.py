@@ -471,6 +471,70 @@ def two_products_subtracted_after_fused_update(b0, b1):
   return (v2, b0, b1,)
 
 
+def add_of_product_after_fused_update(b0):
+  """Long run seed 2027 #3267, commit e1973c0. Oracle: inexact (72 of 1,024 elements,
+  1 ulp). `b0 - 0.1 * v4` after a scatter-add of a matmul's block: with the
+  scatter-add materialised by a refinement round, XLA:CPU contracted the subtract
+  differently. The fingerprint now lists each fused add or subtract of a product
+  with its whole fused expression."""
+  v1 = b0[3, -8]
+  o2 = b0
+  v3 = o2 @ (jnp.arange(256, dtype=jnp.float32).reshape(64, 4) % 3 - 1) * 0.125
+  b0 = b0.at[0:16, 9:13].add(v3[0:16, 0:4])
+  v4 = o2[15]
+  b0 = b0 - 0.1 * v4
+  b0 = b0.at[jnp.argmin(o2[:, 25]) % 16].max(v1)
+  v5 = b0[4]
+  b0 = b0.at[4].set(b0[jnp.argmax(b0[15]) % 16])
+  b0 = b0.at[jnp.argmax(b0[15]) % 16].set(v5)
+  b0 = b0.at[14:16, 46:52].mul(0.0)
+  return (b0,)
+
+
+def sgd_step_over_set_block(b0, b1, b2):
+  """Long run seed 2027 #3042, commit e1973c0. Oracle: inexact (17 of 768 elements).
+  A block of `b1` set from a vmapped matmul, then `b1 - 0.1 * b2`: the same class as
+  `add_of_product_after_fused_update`."""
+  b0 = jnp.minimum(b0, 0)
+  v1 = b2 * b2
+  b0 = b0.at[jnp.array([-7, 2, 6, 1, 7], dtype=jnp.int32)].set(
+      jnp.maximum(jnp.resize(v1, (5, 8)).astype(jnp.int32), 0))
+  b0 = lax.dynamic_update_slice(b0, -jnp.resize(v1, (2, 1)).astype(jnp.int32),
+                                (jnp.argmin(b1[:, 22]) % 8, jnp.int32(5)))
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 3
+                               - 1) * 0.125)(b2)
+  b1 = b1.at[0:24, 24:32].set(v2[0:24, 0:8])
+  v3 = jax.vmap(lambda r: r @ (jnp.arange(1024, dtype=jnp.float32).reshape(32, 32) % 7
+                               - 3) * 0.125)(b2)
+  b2 = b2 * 0.5 + v3
+  b1 = b1 - 0.1 * b2
+  return (b1, b0, v2, b2, v3,)
+
+
+def sgd_step_after_row_swap_and_scan(b0, b1):
+  """Long run seed 2027 #3030, commit e1973c0. Oracle: inexact. Rows swapped
+  between two buffers, a scan writing a row, then `b0 * 0.99 - 0.1 * v7` of a
+  vmapped matmul: the same class as `add_of_product_after_fused_update`."""
+  v1 = b1[7, 0:8]
+  v2 = b0[5, 0:8]
+  b1 = b1.at[7, 0:8].set(v2.astype(jnp.float32))
+  b0 = b0.at[5, 0:8].set(v1.astype(jnp.float32))
+  o3 = b1
+  v4 = jnp.resize(v1, (32, 32))
+  b1 = b1 + v4 * -0.1
+  def body5(c5, i5):
+    (b1,) = c5
+    a5 = jnp.float32(0)
+    b1 = b1.at[18].set(jnp.resize(v4, (32,)))
+    a5 = a5 + jnp.max(v2).astype(jnp.float32)
+    return (b1,), a5
+  (b1,), v5 = lax.scan(body5, (b1,), jnp.arange(2, dtype=jnp.int32))
+  v7 = jax.vmap(lambda r: r @ (jnp.arange(64, dtype=jnp.float32).reshape(8, 8) % 5
+                               - 2) * 0.125)(b0)
+  b0 = b0 * 0.99 - 0.1 * v7
+  return (o3, b1, b0,)
+
+
 REGRESSIONS = [
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
@@ -516,6 +580,13 @@ REGRESSIONS = [
     _case(two_products_subtracted_after_fused_update,
           f32("b0", 24, 16), f32("b1", 24, 16), data="integer",
           data_seed=1677977510),
+    _case(add_of_product_after_fused_update, f32("b0", 16, 64),
+          data_seed=341462300),
+    _case(sgd_step_over_set_block,
+          Buf("b0", (9, 8), "int32"), f32("b1", 24, 32), f32("b2", 24, 32),
+          data="integer", data_seed=11280570),
+    _case(sgd_step_after_row_swap_and_scan, f32("b0", 12, 8), f32("b1", 32, 32),
+          data_seed=2042234181),
     _case(jit_returns_zero_with_buffer,
           f32("b0", 24, 32), f32("b1", 16, 32),
           data="special", data_seed=1970039202),
