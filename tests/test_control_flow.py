@@ -243,7 +243,14 @@ def test_lu_with_partial_pivoting():
     return lax.fori_loop(0, n - 1, body, (a, jnp.arange(n)))
   a = jax.random.normal(jax.random.PRNGKey(0), (64, 64))
   r = compare(lu, a)
-  assert not r.big_copies(64 * 64 * 4), r.report
+  # The program without the per-step copy computes `a - outer(l, u)` with another
+  # fused expression around its product (the swapped rows materialised), which
+  # XLA:CPU may contract differently (docs/xla_notes.md): the copy stays, and the
+  # report says why.
+  for c in r.report.buffer_copies(64 * 64 * 4):
+    cause = c.cause or ""
+    assert "XLA keeps the old value of a" in cause, c
+    assert "differently from jax.jit" in cause or "could change" in cause, c
 
 
 def cond_small_outputs(x, p, w, table):
