@@ -46,6 +46,18 @@ class Compared:
   def ref_big_copies(self, min_bytes=1024):
     return self.ref_report.copies_over(min_bytes)
 
+  def assert_kept_for_arithmetic(self, min_bytes=1024):
+    """Every copy of at least `min_bytes` left is a buffer copy that jax.jit's
+    program has too, kept because the program without it computes some operation
+    differently (XLA:CPU's FMA contraction moved with the fused expression), and
+    the report says so."""
+    theirs = {(c.shape, c.dtype, c.role) for c in self.ref_report.buffer_copies(min_bytes)}
+    for c in self.report.copies_over(min_bytes):
+      assert c.category == "buffer", c
+      assert (c.shape, c.dtype, c.role) in theirs, c
+      assert ("differently from jax.jit" in (c.cause or "")
+              or "could change" in (c.cause or "")), c
+
 
 def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
   """Runs `f` under jax.jit and inplace_jax.jit on equal inputs (the one comparison

@@ -91,10 +91,20 @@ CASES = {
 }
 
 
+# The Gauss-Seidel sweep's copy-free program computes `0.5 * (b[i] - 0.1 * x[j])`
+# in another fused expression, which XLA:CPU may contract differently: the copy is
+# kept and explained (since the fingerprint lists each fused multiply-add's whole
+# expression, docs/xla_notes.md).
+KEPT_FOR_ARITHMETIC = {"gauss_seidel_with_change"}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_copy_free_and_exact(name):
   fn, make_args, donate, static = CASES[name]
   r = compare(fn, *make_args(), donate_argnums=donate, static_argnums=static)
   if ON_CPU:
     assert r.ref_report.buffer_copies(FULL), "jax.jit should copy here"
+  if name in KEPT_FOR_ARITHMETIC:
+    r.assert_kept_for_arithmetic(FULL)
+    return
   assert r.report.buffer_copies(FULL) == (), r.report

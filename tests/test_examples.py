@@ -33,6 +33,10 @@ CASES = {
     "batched_while": (256, ["solve_batch"]),
 }
 
+# Functions whose copy is kept because the copy-free program's arithmetic could
+# differ (XLA:CPU's FMA contraction; observed since the stricter fingerprint).
+KEPT_FOR_ARITHMETIC = {"lu"}
+
 # Functions whose plain jax.jit copies a whole donated buffer (observed).
 JAX_COPIES_A_BUFFER = {"step", "decode_step", "decode_step_thd", "decode_step_scan",
                        "sample_and_insert",
@@ -98,6 +102,11 @@ def test_copies_of_donated_buffers(ran):
     plain_big = [c for c in plain.copies if c.nbytes >= buffer]
     ours_big = [c for c in ours.copies if c.nbytes >= buffer]
     assert bool(plain_big) == (fn in JAX_COPIES_A_BUFFER), (fn, str(plain))
+    if fn in KEPT_FOR_ARITHMETIC:
+      # jax.jit's program runs: the copy-free one computes the elimination's
+      # multiply-add in another fused expression (docs/xla_notes.md).
+      assert ours.program == "jax.jit" and len(ours_big) == len(plain_big), str(ours)
+      continue
     assert ours_big == [], (fn, str(ours))
     if fn == "decode_step_thd":
       # The honest remainder: each layer's K and V transposed for the attention dot

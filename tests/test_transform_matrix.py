@@ -34,6 +34,12 @@ UPDATES = {
 }
 
 
+# Updates whose copy-free program computes the step's `x[i + 1] + x[2] * 2.0` in
+# another fused expression (a scatter-add with repeated indices fuses it into the
+# scatter), which XLA:CPU may contract differently: the copy is kept and explained.
+KEPT_FOR_ARITHMETIC = {"add_repeated"}
+
+
 def make_step(update):
   def step(x, i):
     y = x[2] * 2.0                 # read before the update
@@ -113,6 +119,9 @@ def test_update_in_construct(update, construct):
   f = CONSTRUCTS[construct](make_step(UPDATES[update]))
   for i in (1, 2):   # both branches of conditionals are taken
     r = compare(f, _x(), jnp.int32(i))
+    if update in KEPT_FOR_ARITHMETIC:
+      r.assert_kept_for_arithmetic(FULL)
+      continue
     assert not r.big_copies(FULL), (
         f"{update} in {construct}: full-buffer copies remain\n{r.report}")
 
@@ -124,7 +133,10 @@ def test_under_vmap(update):
   f = jax.vmap(step, in_axes=(0, None))
   xs = jnp.stack([_x(), _x() + 1.0])
   r = compare(f, xs, jnp.int32(3))
-  assert not r.big_copies(FULL * 2), r.report
+  if update in KEPT_FOR_ARITHMETIC:
+    r.assert_kept_for_arithmetic(FULL * 2)
+  else:
+    assert not r.big_copies(FULL * 2), r.report
 
 
 @pytest.mark.parametrize("update", ["set", "add", "mul", "dynamic_update_slice",

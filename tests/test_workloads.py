@@ -134,10 +134,19 @@ WORKLOADS = {
 }
 
 
+# Workloads whose copy-free program computes an update's multiply-add in another
+# fused expression (Gauss-Jordan's row elimination over swapped rows), which
+# XLA:CPU may contract differently: the copy is kept and explained.
+KEPT_FOR_ARITHMETIC = {"gauss_jordan"}
+
+
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_workload_values_exact_and_no_copy(name):
   fn, args = WORKLOADS[name]
   r = compare(fn, *args())
+  if name in KEPT_FOR_ARITHMETIC:
+    r.assert_kept_for_arithmetic(1024)
+    return
   assert not r.report.copies_over(1024), r.report
 
 
