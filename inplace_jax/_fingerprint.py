@@ -178,13 +178,12 @@ def _context(caller: Instruction | None, comp: Computation, ins: Instruction) ->
 
 
 def _root_shape(comp: Computation) -> str:
-  """What a fusion computes: its root's operation and shape (the extent of its loop
-  and how XLA emits it: the same multiply-add rounded differently under a
-  dynamic-update-slice root and as the root itself, fuzz seed 2028 #1443)."""
+  """The shape of what a fusion computes (the extent of its loop)."""
   roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
   if not roots:
     return ""
-  return f"{roots[0].opcode}:{roots[0].shape_text}"
+  reduce = "reduce:" if roots[0].opcode in ("reduce", "reduce-window") else ""
+  return f"{reduce}{roots[0].shape_text}"
 
 
 # Floating-point arithmetic an expression is made of (its rounding can depend on the
@@ -271,17 +270,9 @@ def _expressions(module: HloModule) -> collections.Counter:
 def fingerprint(module: HloModule) -> collections.Counter:
   """Every sensitive operation of `module` with the form that decides its result."""
   callers = _callers(module)
-  producers = {i.name: i.opcode for c in module.computations.values()
-               for i in c.instructions}
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     caller = callers.get(comp.name)
-    # What the fusion's operands are (a copy, a parameter, a barrier's output,
-    # another fusion): whether it runs in place follows from them, and the same
-    # fused multiply-add ran in place and out of place with other bits (fuzz seed
-    # 2028 #1443, #1475; plain jax.jit, donated or not, likewise).
-    reads = (tuple(sorted(producers.get(o, "?") for o in caller.operands))
-             if caller is not None else ())
     full: dict[str, str] = {}
     for ins in comp.instructions:
       if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
@@ -298,7 +289,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
         # differently (fuzz seed 2027 #3030, #3042, #3267: 1 ulp in up to 72 of
         # 1,024 elements), so the whole fused expression is listed.
         form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0],
-                _root_shape(comp), _tree(comp, ins.name, full, True), reads)
+                _root_shape(comp), _tree(comp, ins.name, full, True))
       else:
         form = (ins.opcode, ins.shape_text,
                 tuple(_operand_shape(comp, o) for o in ins.operands),

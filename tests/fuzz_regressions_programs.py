@@ -39,14 +39,17 @@ class Regression:
   bufs: tuple[Buf, ...]
   data: str = "normal"
   data_seed: int = 0
+  # Set for a program inplace_jax still gets wrong: why (its test is a strict
+  # expected failure, so it turns red the day it passes).
+  known_failure: str | None = None
 
   @property
   def name(self) -> str:
     return self.fn.__name__
 
 
-def _case(fn, *bufs, data="normal", data_seed=0):
-  return Regression(fn, tuple(bufs), data, data_seed)
+def _case(fn, *bufs, data="normal", data_seed=0, known_failure=None):
+  return Regression(fn, tuple(bufs), data, data_seed, known_failure)
 
 
 # --------------------------------------------------------------------------- crashes
@@ -539,7 +542,8 @@ def fused_add_under_update_root(b0, b1):
   """Long run seed 2028 #1443, commit 6ffaed2. Oracle: inexact (14 of 768 elements).
   `b1 + v12 * -0.01` fused under a dynamic-update-slice root (jax.jit) and as the
   fusion's root (a refinement round materialised the update): XLA:CPU contracted
-  differently. The fingerprint lists each fusion's root operation."""
+  differently. Not fixed: listing each fusion's root in the fingerprint caught it,
+  but also rejected most copy-free programs of the test suite (108 tests)."""
   b1 = b1.at[26].set(-2.0)
   def br1_0(b0):
     a1 = jnp.float32(0)
@@ -629,7 +633,8 @@ def sgd_step_in_place_over_bf16_column(b0, b1):
   """Long run seed 2028 #1475, commit 6ffaed2. Oracle: inexact (4 of 576 elements).
   `b1 - 0.01 * v3` of a bfloat16 column, the same fusion run out of place
   (jax.jit, after its copy) and in place: other bits (plain jax.jit donated or not
-  differs too). The fingerprint lists what each fusion's operands are."""
+  differs too). Not fixed: a fingerprint that tells in-place fusions apart rejects
+  every update whose fusion holds a multiply-add behind a jax.jit copy."""
   v1 = lax.dynamic_slice(b1, (jnp.argmax(b1[3]) % 17, jnp.argmin(b0[:, 9]) % 7), (8, 18))
   v2 = b0[:, 11:12]
   b0 = b0 + v2 * -0.5
@@ -691,9 +696,11 @@ REGRESSIONS = [
     _case(sgd_step_after_row_swap_and_scan, f32("b0", 12, 8), f32("b1", 32, 32),
           data_seed=2042234181),
     _case(fused_add_under_update_root, Buf("b0", (32, 24), "float32"), Buf("b1", (32, 24), "float32"),
-          data="normal", data_seed=313579959),
+          data="normal", data_seed=313579959,
+          known_failure="FMA contraction under another fusion root (xla_notes)"),
     _case(sgd_step_in_place_over_bf16_column, Buf("b0", (8, 12), "bfloat16"), Buf("b1", (24, 24), "float32"),
-          data="normal", data_seed=889816617),
+          data="normal", data_seed=889816617,
+          known_failure="in-place vs out-of-place FMA contraction (xla_notes)"),
     _case(jit_returns_zero_with_buffer,
           f32("b0", 24, 32), f32("b1", 16, 32),
           data="special", data_seed=1970039202),
