@@ -202,6 +202,14 @@ def bind_eqn(eqn: JaxprEqn, vals: Sequence[Any]) -> list[Any]:
   return list(ans) if eqn.primitive.multiple_results else [ans]
 
 
+def sub_jaxprs(params: dict):
+  """The open jaxprs an equation's params hold (closed ones unwrapped)."""
+  for key in jaxprs_in_params(params):
+    value = params[key]
+    for inner in (value if isinstance(value, (tuple, list)) else (value,)):
+      yield inner.jaxpr if isinstance(inner, _core.ClosedJaxpr) else inner
+
+
 def ref_accesses(jaxpr: Jaxpr):
   """Each Ref read, write and `+=` in `jaxpr` (and the jaxprs inside it), as
   (kind, equation): kind `"read"` (`r[i]`), `"write"` (`r[i] = v`, a swap) or
@@ -212,11 +220,8 @@ def ref_accesses(jaxpr: Jaxpr):
     kind = kinds.get(e.primitive)
     if kind is not None:
       yield kind, e
-    for key in jaxprs_in_params(e.params):
-      value = e.params[key]
-      for inner in (value if isinstance(value, (tuple, list)) else (value,)):
-        open_ = inner.jaxpr if isinstance(inner, _core.ClosedJaxpr) else inner
-        yield from ref_accesses(open_)
+    for inner in sub_jaxprs(e.params):
+      yield from ref_accesses(inner)
 
 
 def creates_refs(jaxpr: Jaxpr) -> bool:

@@ -435,11 +435,8 @@ def _has_barrier(jaxpr) -> bool:
   for e in jaxpr.eqns:
     if e.primitive is C.optimization_barrier_p:
       return True
-    for key in C.jaxprs_in_params(e.params):
-      v = e.params[key]
-      for j in (v if isinstance(v, (tuple, list)) else (v,)):
-        if _has_barrier(j.jaxpr if isinstance(j, C.ClosedJaxpr) else j):
-          return True
+    if any(_has_barrier(j) for j in C.sub_jaxprs(e.params)):
+      return True
   return False
 
 

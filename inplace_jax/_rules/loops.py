@@ -297,11 +297,8 @@ def _names_an_axis(jaxpr) -> bool:
     if "axis_name" in e.params or (isinstance(axes, (tuple, list)) and any(
         isinstance(a, str) for a in axes)):
       return True
-    for key in C.jaxprs_in_params(e.params):
-      val = e.params[key]
-      for j in (val if isinstance(val, (tuple, list)) else (val,)):
-        if _names_an_axis(j.jaxpr if isinstance(j, C.ClosedJaxpr) else j):
-          return True
+    if any(_names_an_axis(j) for j in C.sub_jaxprs(e.params)):
+      return True
   return False
 
 
