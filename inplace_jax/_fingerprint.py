@@ -210,7 +210,9 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
     out = "?"
   elif ins.opcode == "constant":
     out = f"c{ins.operand_text.strip()}"
-  elif ins.opcode == "parameter":
+  elif ins.opcode == "parameter" or _bitcast_input(comp, ins):
+    # A bitcast of a fusion's input reads the same elements in the same order:
+    # no operation, nothing to contract.
     out = "p"
   elif not full and ins.opcode == "broadcast" and ins.operands and \
       comp.by_name.get(ins.operands[0]) is not None and \
@@ -228,6 +230,17 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
     out = "p"
   memo[name] = out
   return out
+
+
+def _bitcast_input(comp: Computation, ins: Instruction) -> bool:
+  """A fusion parameter, or bitcasts of one (docs/xla_notes.md, "Where a barrier
+  changes a value")."""
+  while ins.opcode == "bitcast" and ins.operands:
+    nxt = comp.by_name.get(ins.operands[0])
+    if nxt is None:
+      return False
+    ins = nxt
+  return ins.opcode == "parameter"
 
 
 def _ambiguous(comp: Computation, ins: Instruction) -> bool:
