@@ -95,6 +95,25 @@ def _cone(comp: Computation, ins: Instruction) -> tuple[str, ...]:
   return tuple(sorted(out))
 
 
+def _reduced(comp: Computation, ins: Instruction, memo: dict[str, str]
+             ) -> tuple[str, ...]:
+  """For a reduction in a fusion: the whole expression of what it reduces, data
+  movement included. A sum over a dynamic-update-slice fused into it and over the
+  materialised result rounded differently (1 ulp, fuzz seed 2030 #202): XLA:CPU
+  emits another loop for each. Slices and reshapes of an input read as the input
+  (`_INDEX_MOVES`)."""
+  if ins.opcode not in ("reduce", "reduce-window"):
+    return ()
+  return tuple(_tree(comp, o, memo, True, _INDEX_MOVES) for o in ins.operands)
+
+
+# Data movement that only re-indexes an input, element for element: a reduction
+# over a slice of an input and over the same values materialised reads them in one
+# order (the row sums of tests/test_transform_matrix.py, values equal).
+_INDEX_MOVES = frozenset({"bitcast", "reshape", "slice", "dynamic-slice", "broadcast",
+                          "copy"})
+
+
 def _callers(module: HloModule) -> dict[str, Instruction]:
   out = {}
   for comp in module.computations.values():
@@ -197,11 +216,12 @@ _TREE_LIMIT = 400
 
 
 def _tree(comp: Computation, name: str, memo: dict[str, str],
-          full: bool = False) -> str:
+          full: bool = False, moves: frozenset[str] = frozenset({"bitcast"})) -> str:
   """The floating-point expression computed at `name` inside `comp`, canonical:
   operands that are not float arithmetic (parameters, data movement, selects) are
   leaves, constants are their values. With `full`, every operation (data movement
-  and selects too) down to the fusion's parameters, with its shape."""
+  and selects too) down to the fusion's parameters, with its shape, but `moves` of
+  a fusion's input, which are read as the input."""
   hit = memo.get(name)
   if hit is not None:
     return hit
@@ -210,7 +230,7 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
     out = "?"
   elif ins.opcode == "constant":
     out = f"c{ins.operand_text.strip()}"
-  elif ins.opcode == "parameter" or _bitcast_input(comp, ins):
+  elif ins.opcode == "parameter" or _moved_input(comp, ins, moves):
     # A bitcast of a fusion's input reads the same elements in the same order:
     # no operation, nothing to contract.
     out = "p"
@@ -219,7 +239,7 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
       comp.by_name[ins.operands[0]].opcode == "constant":
     out = _tree(comp, ins.operands[0], memo)
   elif full or (ins.opcode in _ARITH and _is_float(ins)):
-    args = [_tree(comp, o, memo, full) for o in ins.operands]
+    args = [_tree(comp, o, memo, full, moves) for o in ins.operands]
     if not full and ins.opcode in ("add", "multiply"):
       args.sort()
     head = f"{ins.opcode}:{ins.shape_text}" if full else ins.opcode
@@ -232,10 +252,10 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
   return out
 
 
-def _bitcast_input(comp: Computation, ins: Instruction) -> bool:
-  """A fusion parameter, or bitcasts of one (docs/xla_notes.md, "Where a barrier
+def _moved_input(comp: Computation, ins: Instruction, moves: frozenset[str]) -> bool:
+  """A fusion parameter, or `moves` of one (docs/xla_notes.md, "Where a barrier
   changes a value")."""
-  while ins.opcode == "bitcast" and ins.operands:
+  while ins.opcode in moves and ins.operands:
     nxt = comp.by_name.get(ins.operands[0])
     if nxt is None:
       return False
@@ -287,6 +307,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
   for comp in module.computations.values():
     caller = callers.get(comp.name)
     full: dict[str, str] = {}
+    reduced: dict[str, str] = {}
     for ins in comp.instructions:
       if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
         continue
@@ -308,7 +329,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
                 tuple(_operand_shape(comp, o) for o in ins.operands),
                 tuple((a, ins.attributes[a]) for a in _ATTRS if a in ins.attributes),
                 _applied(module, ins), _cone(comp, ins) if caller is not None else (),
-                fusion)
+                fusion, _reduced(comp, ins, reduced) if caller is not None else ())
       loc = module.location(ins)
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1

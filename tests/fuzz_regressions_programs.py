@@ -643,6 +643,22 @@ def sgd_step_in_place_over_bf16_column(b0, b1):
   return (b1, v1, b0,)
 
 
+def sum_of_buffer_after_fused_update(b0, b1, b2):
+  """Long run seed 2030 #202, commit 7feefba. Oracle: inexact (the sum, 1 ulp).
+  jax.jit fuses the dynamic-update-slice into the sum's fusion (reading a copy of
+  the old buffer); sequenced, the sum read the updated buffer from memory, in
+  another loop. The fingerprint now lists what a reduction reduces, data movement
+  included: jax.jit's program runs."""
+  b2 = b2.at[jnp.int32(6), 7:9].max(3.0)
+  o1 = b1
+  b0 = lax.dynamic_update_slice(b0, jnp.full((10, 16), 1.5, jnp.float32),
+                                (jnp.argmax(o1[4]) % 23, jnp.argmax(b0[1]) % 9))
+  v2 = b0[:, 7]
+  b2 = b2.at[-3, -3].set(jnp.max(v2))
+  v3 = jnp.sum(b0)
+  return (b2, v2, b1, v3, b0,)
+
+
 REGRESSIONS = [
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
@@ -701,6 +717,9 @@ REGRESSIONS = [
     _case(sgd_step_in_place_over_bf16_column, Buf("b0", (8, 12), "bfloat16"), Buf("b1", (24, 24), "float32"),
           data="normal", data_seed=889816617,
           known_failure="in-place vs out-of-place FMA contraction (xla_notes)"),
+    _case(sum_of_buffer_after_fused_update,
+          f32("b0", 32, 24), Buf("b1", (12, 12), "int32"), f32("b2", 8, 9),
+          data="normal", data_seed=1452497960),
     _case(jit_returns_zero_with_buffer,
           f32("b0", 24, 32), f32("b1", 16, 32),
           data="special", data_seed=1970039202),
