@@ -7,7 +7,13 @@
   and whose other branch passes it through (jax#16661): XLA copies the buffer
   whichever branch runs; inplace_jax lowers it to zero-or-one-trip loops.
 
-Target where jax.jit copies a buffer: jax/inplace >= 10 per call where the copy
+* Gradients through a `scan` that writes `ys.at[t].set(h)` into a preallocated
+  buffer (jax#15906): the backward scan reads row t of the buffer's cotangent and
+  zeroes it, and XLA copies the whole cotangent twice per step (a temporary, not a
+  donated buffer); inplace_jax ties the step's results before the write. The row
+  with `.at[t].add` has no such copy under jax.jit.
+
+Target where jax.jit copies a buffer (or, for the scan gradient, a loop temporary): jax/inplace >= 10 per call where the copy
 dominates (the pass-through branch taken), reported otherwise; where jax.jit has no
 buffer copy (one trip count for every element; the branches in the other order):
 inplace/jax <= 1.2.
@@ -19,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._harness import INPLACE, JAX, Case, buffer_copy_count, target
+from ._harness import INPLACE, JAX, Case, buffer_copy_count, copy_count, target
 
 GROUP = "traps"
 SPEEDUP = 10.0
@@ -88,6 +94,48 @@ def make(b, t, d):
   return make_args
 
 
+def _rnn_loss(w, xs, accumulate: bool):
+  t, d = xs.shape
+  def step(carry, i):
+    h, ys = carry
+    h = jnp.tanh(w @ h + xs[i])
+    return (h, ys.at[i].add(h) if accumulate else ys.at[i].set(h)), None
+  ys = jnp.zeros((t, d), jnp.float32)
+  (_, ys), _ = lax.scan(step, (jnp.zeros((d,), jnp.float32), ys), jnp.arange(t))
+  return jnp.sum(ys * ys)
+
+
+def scan_grad_set(w, xs):
+  """An SGD step through a scan writing each step's state into a buffer."""
+  loss, g = jax.value_and_grad(_rnn_loss)(w, xs, False)
+  return w - 0.01 * g, loss
+
+
+def scan_grad_add(w, xs):
+  """The same, accumulating into the buffer: no copy under jax.jit."""
+  loss, g = jax.value_and_grad(_rnn_loss)(w, xs, True)
+  return w - 0.01 * g, loss
+
+
+def scan_floor(w, xs):
+  return w, xs[0, 0]
+
+
+def make_rnn(t, d):
+  @jax.jit
+  def make_args():
+    w = (jnp.arange(d * d, dtype=jnp.float32).reshape(d, d) % 7.0 - 3.0) * 0.01
+    xs = (jnp.arange(t * d, dtype=jnp.float32).reshape(t, d) % 5.0) * 0.1
+    return w, xs
+  return make_args
+
+
+SCAN_GRAD = (
+    ("scan grad, write ys[t]", scan_grad_set),
+    ("scan grad, add to ys[t]", scan_grad_add),
+)
+
+
 PROGRAMS = (
     ("vmap while, batched trip counts", batched_trip_counts),
     ("vmap while, one trip count", shared_trip_count),
@@ -101,16 +149,27 @@ REPORTED_ONLY = ("cond rewrite first, rewrite taken",)
 
 def cases(quick: bool) -> list[Case]:
   b, t, d = (4, 16, 256) if quick else (16, 16, 16384)
-  return [Case(name=name, group=GROUP, fn=fn, floor=floor, make_args=make(b, t, d),
-               donate=(0,), thread=lambda o, a: (o[0], a[1], a[2]),
-               params={"shape": [b, t, d]})
-          for name, fn in PROGRAMS]
+  out = [Case(name=name, group=GROUP, fn=fn, floor=floor, make_args=make(b, t, d),
+              donate=(0,), thread=lambda o, a: (o[0], a[1], a[2]),
+              params={"shape": [b, t, d]})
+         for name, fn in PROGRAMS]
+  steps, width = (64, 256) if quick else (1024, 128)
+  out += [Case(name=name, group=GROUP, fn=fn, floor=scan_floor,
+               make_args=make_rnn(steps, width), donate=(0,),
+               thread=lambda o, a: (o[0], a[1]),
+               params={"steps": steps, "width": width})
+          for name, fn in SCAN_GRAD]
+  return out
 
 
 def targets(row) -> list[dict]:
   jax_copies, ours = buffer_copy_count(row, JAX), buffer_copy_count(row, INPLACE)
   if jax_copies is None or ours is None:
     return []
+  if row["case"] in dict(SCAN_GRAD):
+    # The copies are loop temporaries, not buffer copies: compare all copies.
+    jax_copies, ours = copy_count(row, JAX), copy_count(row, INPLACE)
+    jax_copies = (jax_copies or 0) > (ours or 0)
   if jax_copies:
     if row["case"] in REPORTED_ONLY:
       return []

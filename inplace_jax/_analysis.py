@@ -534,7 +534,7 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
     if w in seen or not g.is_live(w):
       continue
     seen.add(w)
-    if not st.sensitive(w):
+    if not st.sensitive(w) and not _after_avoided(st, w):
       ties.append(w)        # everything downstream rounds the same fused or not
       continue
     if w in g.outvars:
@@ -560,7 +560,8 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
   region."""
   g = st.g
   e = g.eqns[c]
-  if _avoided(st, e):
+  if _avoided(st, e) and (not _traits.any_of(e.primitive, _traits.FUSIBLE)
+                         or c == u or g.reaches(c, u)):
     return None         # its arithmetic changed when a read was tied before it
   if c == u or g.reaches(c, u):
     # Toward the update, the tied value is used (after the barrier): computed from
@@ -584,11 +585,46 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
     return [], outs
   if C.jaxprs_in_params(e.params):
     return None         # used sensitively inside a loop, branch or call
+  dot = _dot_step(st, c, u, region)
+  if dot is not None:
+    return dot
   return "tie"          # an op XLA does not fuse its operand into
+
+
+def _dot_step(st: _State, c: int, u: int, region: set[int]):
+  """A dot reading the tied value, taken into the region where that changes no
+  value: a dot without contracting dimensions, which XLA rewrites into a multiply
+  and fuses (its operand, tied, would be read from memory instead of recomputed in
+  that fusion), and a dot whose results only leave the jaxpr (materialised as they
+  are, nothing after them to fold a transpose into; they are tied). A backward
+  scan's step reads the cotangent row this way before zeroing it. None: tie the
+  dot's operand, as for any op XLA does not fuse into."""
+  g = st.g
+  e = g.eqns[c]
+  if (e.primitive is not C.dot_general_p or e.effects or g.reaches(u, c)
+      or len(region) >= _REGION_LIMIT):
+    return None
+  outs = [o for o in e.outvars if not C.is_drop_var(o) and g.is_live(o)]
+  (contracting, _), _ = e.params["dimension_numbers"]
+  if not contracting:
+    region.add(c)
+    return [], outs
+  if outs and all(o in g.outvars and not g.uses(o) for o in outs):
+    region.add(c)
+    return outs, []
+  return None
 
 
 def _avoided(st: _State, eqn) -> bool:
   return bool(st.hints.avoid) and source_key(eqn) in st.hints.avoid
+
+
+def _after_avoided(st: _State, w) -> bool:
+  """Whether `w` is the result of an operation whose arithmetic changed when a read
+  was tied before it in an earlier compile: that operation joins the read's region
+  (it runs before the barrier, fused as under jax.jit) and the tie moves past it."""
+  p = st.g.producer.get(w)
+  return p is not None and _avoided(st, st.g.eqns[p])
 
 
 def _moved_only(st: _State, w, region: set[int]) -> bool:

@@ -93,6 +93,7 @@ convert_element_type_p = _lax.convert_element_type_p
 select_n_p = _lax.select_n_p
 reshape_p = _lax.reshape_p
 squeeze_p = _lax.squeeze_p
+dot_general_p = _lax.dot_general_p
 
 while_p = _loops.while_p
 scan_p = _loops.scan_p

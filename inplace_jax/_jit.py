@@ -266,7 +266,8 @@ class InplaceJitted:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
     threshold = significant_bytes(plain.report, self.min_bytes)
-    if plain.report.verified and not plain.report.buffer_copies(threshold):
+    if plain.report.verified and not plain.report.buffer_copies(threshold) and \
+        not plain.report.loop_temporaries(loop_bytes(threshold)):
       return self._made(plain, None, (plain,), "jax.jit's program copies no buffer",
                         threshold)
     # Only the buffers jax.jit's program copies are sequenced: the others it
@@ -410,11 +411,25 @@ class InplaceJitted:
 REFINE_ROUNDS = 2
 
 
-def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int]:
-  """(buffer copy bytes, all copy bytes) of copies of at least `min_bytes`."""
+def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:
+  """(buffer copy bytes, loop temporary bytes per call, all copy bytes) of copies
+  of at least `min_bytes` (loop temporaries: `loop_bytes(min_bytes)`), each counted
+  once but loop temporaries, counted per iteration where XLA knows the trip count."""
   r = c.report
   return (sum(x.nbytes for x in r.buffer_copies(min_bytes)),
+          sum(x.nbytes * (x.trip_count or 1)
+              for x in r.loop_temporaries(loop_bytes(min_bytes))),
           sum(x.nbytes for x in r.copies_over(min_bytes)))
+
+
+# A temporary copied in a loop body (a backward scan's cotangent buffer, say)
+# costs its bytes every iteration; from this size on it is worth a second compile.
+LOOP_TEMPORARY_BYTES = 64 * 1024
+
+
+def loop_bytes(threshold: int) -> int:
+  """The size from which a loop body's copy of a temporary is sequenced."""
+  return max(threshold, LOOP_TEMPORARY_BYTES)
 
 
 # A copy of less than this fraction of the donated bytes costs next to nothing next to
@@ -463,16 +478,21 @@ def _improves(cand: Candidate, best: Candidate, plain: Candidate, min_bytes: int
     return False
   if not plain.report.verified:
     return best is plain or _bytes(cand, min_bytes)[0] < _bytes(best, min_bytes)[0]
-  # Fewer bytes in all, too: a buffer copy that only turned into a copy of another
-  # kind (the same matrix copied each step, its lineage lost) is no gain.
-  return (_bytes(cand, min_bytes)[0] < _bytes(best, min_bytes)[0]
-          and _bytes(cand, min_bytes)[1] < _bytes(plain, min_bytes)[1])
+  cb, cl, ct = _bytes(cand, min_bytes)
+  bb, bl, _ = _bytes(best, min_bytes)
+  # Fewer buffer bytes, or as many and fewer bytes copied in loops; and fewer
+  # bytes in all, too: a buffer copy that only turned into a copy of another kind
+  # (the same matrix copied each step, its lineage lost) is no gain.
+  return (cb, cl) < (bb, bl) and ct < _bytes(plain, min_bytes)[2]
 
 
 def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
-  pb, pt = _bytes(plain, min_bytes)
+  pb, pl, pt = _bytes(plain, min_bytes)
   if best is not plain:
-    sb, _ = _bytes(best, min_bytes)
+    sb, sl, _ = _bytes(best, min_bytes)
+    if sb == pb:
+      return (f"the sequenced program copies {sl:,} bytes per call in loop bodies "
+              f"where jax.jit's copies {pl:,}")
     return (f"the sequenced program copies {sb:,} buffer bytes where jax.jit's copies "
             f"{pb:,}")
   tried = [c for c in candidates if c is not plain]
@@ -482,7 +502,7 @@ def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
   if not exact:
     return ("every sequenced program computes some operation differently from "
             "jax.jit's (see the copies' causes): jax.jit's program runs")
-  sb, st = min(_bytes(c, min_bytes) for c in exact)
+  sb, _, st = min(_bytes(c, min_bytes) for c in exact)
   return (f"no sequenced program that computes jax.jit's arithmetic copies fewer "
           f"buffer bytes and fewer bytes in all (best: {sb:,} buffer bytes, {st:,} "
           f"in all; jax.jit's: {pb:,}, {pt:,}): jax.jit's program runs")
@@ -593,6 +613,10 @@ def _copied_buffers(p, report: CopyReport, min_bytes: int) -> tuple[bool, ...]:
   params = {c.buffer_parameter for c in report.buffer_copies(min_bytes)}
   copied = {j for j, d in enumerate(report.donations) if d.parameter in params}
   donated = C.params_donated(p)
+  if not report.buffer_copies(min_bytes):
+    # Only loop temporaries are copied: the loops' carries are analysed whatever
+    # flows into them; no donated buffer is touched.
+    return tuple(False for _ in donated)
   offset = len(donated) - len(report.donations)
   if offset < 0 or not params:
     return donated

@@ -227,6 +227,15 @@ class CopyReport:
     return tuple(c for c in self.copies
                  if c.category == "buffer" and c.nbytes >= min_bytes)
 
+  def loop_temporaries(self, min_bytes: int = 0) -> tuple[CopyInfo, ...]:
+    """Copies of temporaries in a loop body (a carry that no donated buffer flows
+    into, such as a backward scan's cotangent buffer), of at least `min_bytes`
+    bytes: each runs every iteration. Not warned about; `inplace_jax.jit`
+    sequences the loop where they are big."""
+    return tuple(c for c in self.copies
+                 if c.category == "temporary" and c.role == "while_body"
+                 and c.nbytes >= min_bytes)
+
   @property
   def buffer_copy_bytes(self) -> int:
     """Bytes of the buffer copies, each counted once (not per loop iteration)."""
