@@ -148,12 +148,12 @@ REPORTED_ONLY = ("cond rewrite first, rewrite taken",)
 
 
 def cases(quick: bool) -> list[Case]:
-  b, t, d = (4, 16, 256) if quick else (16, 16, 16384)
+  b, t, d = (4, 16, 256) if quick else (16, 32, 16384)
   out = [Case(name=name, group=GROUP, fn=fn, floor=floor, make_args=make(b, t, d),
               donate=(0,), thread=lambda o, a: (o[0], a[1], a[2]),
               params={"shape": [b, t, d]})
          for name, fn in PROGRAMS]
-  steps, width = (64, 256) if quick else (1024, 128)
+  steps, width = (64, 256) if quick else (4096, 64)
   out += [Case(name=name, group=GROUP, fn=fn, floor=scan_floor,
                make_args=make_rnn(steps, width), donate=(0,),
                thread=lambda o, a: (o[0], a[1]),
