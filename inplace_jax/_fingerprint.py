@@ -95,7 +95,7 @@ def _cone(comp: Computation, ins: Instruction) -> tuple[str, ...]:
   return tuple(sorted(out))
 
 
-def _reduced(comp: Computation, ins: Instruction, memo: dict
+def _reduced(comp: Computation, ins: Instruction, memo: dict[str, str]
              ) -> tuple[str, ...]:
   """For a reduction in a fusion: the whole expression of what it reduces, data
   movement included. A sum over a dynamic-update-slice fused into it and over the
@@ -105,13 +105,6 @@ def _reduced(comp: Computation, ins: Instruction, memo: dict
   if ins.opcode not in ("reduce", "reduce-window"):
     return ()
   return tuple(_tree(comp, o, memo, True, _INDEX_MOVES) for o in ins.operands)
-
-
-# Data movement that reads an input's elements one for one, without repeating any
-# (a row or block sliced out, a reshape): in a fused multiply-add's expression, such
-# a leaf is read as the input itself. A broadcast (each element read many times)
-# stays in the expression: #3030's contraction followed a tiled slice.
-_LEAF_MOVES = frozenset({"bitcast", "reshape", "slice", "dynamic-slice", "copy"})
 
 
 # Data movement that only re-indexes an input, element for element: a reduction
@@ -222,20 +215,14 @@ _SUMS = frozenset(("add", "subtract"))
 _TREE_LIMIT = 400
 
 
-_BITCAST_ONLY = frozenset({"bitcast"})
-
-
-def _tree(comp: Computation, name: str, memo: dict, full: bool = False,
-          moves: frozenset[str] = _BITCAST_ONLY, direct: bool = True) -> str:
+def _tree(comp: Computation, name: str, memo: dict[str, str],
+          full: bool = False, moves: frozenset[str] = frozenset({"bitcast"})) -> str:
   """The floating-point expression computed at `name` inside `comp`, canonical:
   operands that are not float arithmetic (parameters, data movement, selects) are
   leaves, constants are their values. With `full`, every operation (data movement
-  and selects too) down to the fusion's parameters, with its shape; `moves` of a
-  fusion's input that an arithmetic operation reads `direct`ly are read as the
-  input (below other data movement, only bitcasts are: #3030's contraction
-  followed a slice inside a tiling broadcast)."""
-  key = (name, full, moves, direct)
-  hit = memo.get(key)
+  and selects too) down to the fusion's parameters, with its shape, but `moves` of
+  a fusion's input, which are read as the input."""
+  hit = memo.get(name)
   if hit is not None:
     return hit
   ins = comp.by_name.get(name)
@@ -243,16 +230,16 @@ def _tree(comp: Computation, name: str, memo: dict, full: bool = False,
     out = "?"
   elif ins.opcode == "constant":
     out = f"c{ins.operand_text.strip()}"
-  elif ins.opcode == "parameter" or _moved_input(
-      comp, ins, moves if direct else _BITCAST_ONLY):
-    out = "p"      # the input's elements, read one for one: nothing computed
+  elif ins.opcode == "parameter" or _moved_input(comp, ins, moves):
+    # A bitcast of a fusion's input reads the same elements in the same order:
+    # no operation, nothing to contract.
+    out = "p"
   elif not full and ins.opcode == "broadcast" and ins.operands and \
       comp.by_name.get(ins.operands[0]) is not None and \
       comp.by_name[ins.operands[0]].opcode == "constant":
     out = _tree(comp, ins.operands[0], memo)
   elif full or (ins.opcode in _ARITH and _is_float(ins)):
-    arith = ins.opcode in _ARITH
-    args = [_tree(comp, o, memo, full, moves, arith) for o in ins.operands]
+    args = [_tree(comp, o, memo, full, moves) for o in ins.operands]
     if not full and ins.opcode in ("add", "multiply"):
       args.sort()
     head = f"{ins.opcode}:{ins.shape_text}" if full else ins.opcode
@@ -261,7 +248,7 @@ def _tree(comp: Computation, name: str, memo: dict, full: bool = False,
       out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
   else:
     out = "p"
-  memo[key] = out
+  memo[name] = out
   return out
 
 
@@ -293,8 +280,8 @@ def _expressions(module: HloModule) -> collections.Counter:
   out: collections.Counter = collections.Counter()
   callers = _callers(module)
   for comp in module.computations.values():
-    memo: dict = {}
-    full: dict = {}
+    memo: dict[str, str] = {}
+    full: dict[str, str] = {}
     loop = _root_shape(comp) if comp.name in callers else ""
     for ins in comp.instructions:
       if ins.opcode not in _PRODUCTS or not _is_float(ins):
@@ -304,7 +291,7 @@ def _expressions(module: HloModule) -> collections.Counter:
       if not any(u in _SUMS for u in users):
         continue     # nothing to contract it into
       ambiguous = any(_ambiguous(comp, u) for u in comp.users.get(ins.name, []))
-      tree = (_tree(comp, ins.name, full, True, _LEAF_MOVES) if ambiguous
+      tree = (_tree(comp, ins.name, full, True) if ambiguous
               else _tree(comp, ins.name, memo))
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
@@ -319,8 +306,8 @@ def fingerprint(module: HloModule) -> collections.Counter:
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     caller = callers.get(comp.name)
-    full: dict = {}
-    reduced: dict = {}
+    full: dict[str, str] = {}
+    reduced: dict[str, str] = {}
     for ins in comp.instructions:
       if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
         continue
@@ -336,7 +323,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
         # differently (fuzz seed 2027 #3030, #3042, #3267: 1 ulp in up to 72 of
         # 1,024 elements), so the whole fused expression is listed.
         form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0],
-                _root_shape(comp), _tree(comp, ins.name, full, True, _LEAF_MOVES))
+                _root_shape(comp), _tree(comp, ins.name, full, True))
       else:
         form = (ins.opcode, ins.shape_text,
                 tuple(_operand_shape(comp, o) for o in ins.operands),

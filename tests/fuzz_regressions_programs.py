@@ -680,6 +680,20 @@ def momentum_sgd_fused_in_place(b0, b1, b2):
   return (b2, v2, b0, b1,)
 
 
+def row_product_broadcast_then_swap(b0, b1, b2):
+  """Long run seed 2032 #6338, commit 199df1e. Oracle: inexact (2 of 576
+  elements). `b2 - 0.01 * b2[2]`: jax.jit multiplies the row sliced inside the
+  fusion, the sequenced program the row materialised by a tie. Reading a slice of
+  a fusion input as the input in a multiply-add's expression let it run; that
+  relaxation was reverted, jax.jit's program runs."""
+  v1 = b2[2]
+  b2 = b2 - 0.01 * v1
+  v2 = b2[8]
+  b2 = b2.at[8].set(b2[14])
+  b2 = b2.at[14].set(v2)
+  return (b2, b1, b0,)
+
+
 REGRESSIONS = [
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
@@ -741,6 +755,9 @@ REGRESSIONS = [
     _case(sum_of_buffer_after_fused_update,
           f32("b0", 32, 24), Buf("b1", (12, 12), "int32"), f32("b2", 8, 9),
           data="normal", data_seed=1452497960),
+    _case(row_product_broadcast_then_swap,
+          f32("b0", 24, 32), f32("b1", 24, 32), f32("b2", 24, 24),
+          data="normal", data_seed=128373340),
     _case(momentum_sgd_fused_in_place,
           f32("b0", 33, 16), f32("b1", 33, 16), f32("b2", 32, 16),
           data="normal", data_seed=368193113,
