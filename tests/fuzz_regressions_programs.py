@@ -694,6 +694,30 @@ def row_product_broadcast_then_swap(b0, b1, b2):
   return (b2, b1, b0,)
 
 
+def bf16_product_tied_before_f32_set(b0, b1, b2):
+  """Long run seed 2033 #849, commit 91f1e27 (also wrong at a0759f6). Oracle: value
+  (181 of 768 elements of b2, by bfloat16 steps). A bfloat16 einsum converted to
+  float32 and set into b2: jax.jit's XLA removes the bfloat16 rounding (it
+  computes the dot in float32 and drops the convert pair), the sequenced program
+  of a refinement round ties the bfloat16 value, which keeps the rounding. The
+  fingerprint does not list converts. Not fixed."""
+  b2 = b2.at[jnp.argmin(b1[:, 6]) % 32].set(1.5, mode='clip')
+  v1 = jnp.sum(b0)
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(576, dtype=jnp.float32).reshape(24, 24) % 3 - 1) * 0.125)(b2)
+  b2 = b2 - 0.5 * v2
+  v3 = jnp.einsum('ij,jk->ik', b1, ((jnp.arange(128, dtype=jnp.float32).reshape(16, 8) % 3 - 1) * 0.125).astype(jnp.bfloat16))
+  b2 = b2.at[0:32, 13:21].set(v3[0:32, 0:8].astype(jnp.float32))
+  def body4(i4, c4):
+    (b1, b2, a4) = c4
+    b2 = b2.at[14:21].set(jnp.resize(v3, (7, 24)).astype(jnp.float32))
+    v5 = lax.dynamic_slice(b0, ((i4 + 1) % 9, jnp.argmax(b1[31]) % 8), (8, 25))
+    b1 = lax.dynamic_update_slice(b1, jnp.full((8, 8), 1.5, jnp.bfloat16), ((i4 + 0) % 25, (i4 + 2) % 9))
+    b1 = b1.at[(jnp.arange(2, dtype=jnp.int32) * 0 + (i4 + 2) % 32) % 32].set(v1.astype(jnp.bfloat16))
+    return (b1, b2, a4)
+  (b1, b2, v4) = lax.fori_loop(0, 1, body4, (b1, b2, jnp.float32(0)))
+  return (b2, v1, b0, b1,)
+
+
 REGRESSIONS = [
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
@@ -758,6 +782,10 @@ REGRESSIONS = [
     _case(row_product_broadcast_then_swap,
           f32("b0", 24, 32), f32("b1", 24, 32), f32("b2", 24, 24),
           data="normal", data_seed=128373340),
+    _case(bf16_product_tied_before_f32_set,
+          f32("b0", 16, 32), Buf("b1", (32, 16), "bfloat16"), f32("b2", 32, 24),
+          data="normal", data_seed=1618177753,
+          known_failure="bfloat16 rounding kept by a tie that jax.jit's XLA drops"),
     _case(momentum_sgd_fused_in_place,
           f32("b0", 33, 16), f32("b1", 33, 16), f32("b2", 32, 16),
           data="normal", data_seed=368193113,
