@@ -699,8 +699,9 @@ def bf16_product_tied_before_f32_set(b0, b1, b2):
   (181 of 768 elements of b2, by bfloat16 steps). A bfloat16 einsum converted to
   float32 and set into b2: jax.jit's XLA removes the bfloat16 rounding (it
   computes the dot in float32 and drops the convert pair), the sequenced program
-  of a refinement round ties the bfloat16 value, which keeps the rounding. The
-  fingerprint does not list converts. Not fixed."""
+  of a refinement round tied the bfloat16 value, which keeps the rounding (the
+  fingerprint lists no converts). Refinement rounds no longer tie 16-bit float
+  results that are not cut-safe: jax.jit's program runs."""
   b2 = b2.at[jnp.argmin(b1[:, 6]) % 32].set(1.5, mode='clip')
   v1 = jnp.sum(b0)
   v2 = jax.vmap(lambda r: r @ (jnp.arange(576, dtype=jnp.float32).reshape(24, 24) % 3 - 1) * 0.125)(b2)
@@ -784,8 +785,7 @@ REGRESSIONS = [
           data="normal", data_seed=128373340),
     _case(bf16_product_tied_before_f32_set,
           f32("b0", 16, 32), Buf("b1", (32, 16), "bfloat16"), f32("b2", 32, 24),
-          data="normal", data_seed=1618177753,
-          known_failure="bfloat16 rounding kept by a tie that jax.jit's XLA drops"),
+          data="normal", data_seed=1618177753),
     _case(momentum_sgd_fused_in_place,
           f32("b0", 33, 16), f32("b1", 33, 16), f32("b2", 32, 16),
           data="normal", data_seed=368193113,
