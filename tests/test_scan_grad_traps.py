@@ -29,24 +29,24 @@ def _xs(k=1):
   return jnp.asarray(np.random.default_rng(k).normal(size=(T, D)), jnp.float32)
 
 
-def rnn_set(w, xs):
-  ys = jnp.zeros((T, D), jnp.float32)
+def _rnn_into(w, xs, ys, write):
+  """The RNN's scan, each step's `h` written into row t of `ys` by `write`."""
   def step(carry, t):
     h, ys = carry
     h = jnp.tanh(w @ h + xs[t])
-    return (h, ys.at[t].set(h)), None
+    return (h, write(ys.at[t], h)), None
   (_, ys), _ = lax.scan(step, (jnp.zeros((D,), jnp.float32), ys), jnp.arange(T))
+  return ys
+
+
+def rnn_set(w, xs):
+  ys = _rnn_into(w, xs, jnp.zeros((T, D), jnp.float32), lambda at, h: at.set(h))
   return jnp.sum(ys * ys)
 
 
 def rnn_add(w, xs):
   """The buffer accumulated into (`.at[t].add`): its cotangent passes through."""
-  ys = jnp.ones((T, D), jnp.float32)
-  def step(carry, t):
-    h, ys = carry
-    h = jnp.tanh(w @ h + xs[t])
-    return (h, ys.at[t].add(h)), None
-  (_, ys), _ = lax.scan(step, (jnp.zeros((D,), jnp.float32), ys), jnp.arange(T))
+  ys = _rnn_into(w, xs, jnp.ones((T, D), jnp.float32), lambda at, h: at.add(h))
   return jnp.sum(jnp.sin(ys))
 
 
