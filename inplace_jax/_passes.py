@@ -14,7 +14,11 @@ form the analysis and XLA handle best:
    literal or an operand are picked after it by `select_n` on the index.
 5. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
    returns them updated carries the buffer instead (no whole-stack copy on entry).
-6. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
+6. `distinct_fills`: buffers filled with one constant (a `jnp.zeros`, the empty
+   stacks a `scan` lowers its `ys` into) that start loops, made distinct: XLA
+   merges identical fills into one buffer, and every loop that updates it in place
+   but one then starts from a copy.
+7. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
    fusion, `jax.checkpoint`'s CSE barriers go too, so the options that keep
    inplace_jax's barriers do not keep those.
 """
@@ -25,9 +29,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import _compat as C
 from . import _rules
-from ._rules import loops
+from ._rules import _build, loops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +73,12 @@ def carry_scanned_buffers(jaxpr, consts, ctx: PassContext):
   return _carry_scanned_buffers(jaxpr, ctx.donated, ctx.analyze), consts
 
 
+def distinct_fills(jaxpr, consts, ctx: PassContext):
+  if ctx.in_loop:
+    return jaxpr, consts
+  return _distinct_fills(jaxpr), consts
+
+
 def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
   if not ctx.erase_remat_barriers:
     return jaxpr, consts
@@ -74,7 +86,7 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
 
 
 PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
-          carry_scanned_buffers, erase_remat_barriers)
+          carry_scanned_buffers, distinct_fills, erase_remat_barriers)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):
@@ -235,3 +247,75 @@ def _scanned_buffer_pairs(eqn, versions, analyze) -> list[tuple[int, int]]:
     taken.add(o)
     pairs.append((k, o - nk))
   return pairs
+
+
+def _fill_key(aval, value) -> tuple:
+  return (tuple(aval.shape), str(aval.dtype), np.asarray(value, aval.dtype).tobytes())
+
+
+def _scan_fills(eqn) -> tuple[list[tuple[int, int]], list[int]]:
+  """For a top-level `scan` that runs at least two steps: `(i, j)` for each carry j
+  that starts as a big constant fill (operand i) and that the body updates, and the
+  big stacked outputs `ys[j]` (which JAX's lowering starts as zeros)."""
+  p = eqn.params
+  unroll = p.get("unroll", 1)
+  if p["length"] < 2 or unroll is True or unroll not in (1, False):
+    return [], []
+  nc, nk = p["num_consts"], p["num_carry"]
+  body = p["jaxpr"].jaxpr
+  carries = [(nc + j, j) for j in range(nk)
+             if body.outvars[j] is not body.invars[nc + j]
+             and _rules.is_big(eqn.invars[nc + j].aval)]
+  ys = [j for j, v in enumerate(eqn.outvars[nk:])
+        if not C.is_drop_var(v) and _rules.is_big(v.aval)]
+  return carries, ys
+
+
+def _distinct_fills(jaxpr):
+  """`jaxpr` with each top-level `scan`'s big constant-filled starts (carries and
+  stacked outputs) given a fill of its own, where the program has two fills XLA
+  would merge (`_build.distinct_fill`); the stacked outputs become carried buffers
+  (`loops.scan_with_carried_xs`). The fills' values are unchanged, so is every
+  value computed."""
+  fills = {e.outvars[0]: e.invars[0].val for e in jaxpr.eqns
+           if e.primitive is C.broadcast_in_dim_p and C.is_literal(e.invars[0])
+           and _rules.is_big(e.outvars[0].aval)}
+  per_scan, counts = {}, {}
+  for k, e in enumerate(jaxpr.eqns):
+    if e.primitive is not C.scan_p:
+      continue
+    carries, ys = _scan_fills(e)
+    carries = [(i, j) for i, j in carries if e.invars[i] in fills]
+    nk = e.params["num_carry"]
+    keys = ([_fill_key(e.invars[i].aval, fills[e.invars[i]]) for i, _ in carries]
+            + [_fill_key(e.outvars[nk + j].aval, 0) for j in ys])
+    for key in keys:
+      counts[key] = counts.get(key, 0) + 1
+    per_scan[k] = (carries, ys, keys)
+  if not any(n > 1 for n in counts.values()):
+    return jaxpr
+  eqns, serial = [], 0
+  for k, e in enumerate(jaxpr.eqns):
+    if k not in per_scan:
+      eqns.append(e)
+      continue
+    carries, ys, keys = per_scan[k]
+    shared = [counts[key] > 1 for key in keys]
+    invars = list(e.invars)
+    for (i, _), s in zip(carries, shared, strict=False):
+      if s:
+        new, invars[i] = _build.distinct_fill(fills[e.invars[i]], e.invars[i].aval,
+                                              serial, e)
+        eqns += new
+        serial += 1
+    fresh = []
+    nk = e.params["num_carry"]
+    for j, s in zip(ys, shared[len(carries):], strict=True):
+      if s:
+        new, init = _build.distinct_fill(0, e.outvars[nk + j].aval, serial, e)
+        eqns += new
+        serial += 1
+        fresh.append((init, j))
+    e = e.replace(invars=invars)
+    eqns.append(loops.scan_with_carried_xs(e, [], fresh) if fresh else e)
+  return jaxpr.replace(eqns=eqns)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax import lax
 
 from .. import _compat as C
@@ -57,3 +58,20 @@ def zeros(aval):
   if getattr(aval, "weak_type", False):
     z = C.as_weak_type(z)
   return z
+
+
+def distinct_fill(value, aval, serial: int, like) -> tuple[list[C.JaxprEqn], Any]:
+  """Equations filling a buffer of `aval`'s type with `value`, and its atom: a
+  broadcast of the value picked by `serial` behind a barrier, so no compiler merges
+  it with another fill of the same value (a merged fill that two loops update in
+  place is copied on entry to all but one). XLA drops a barrier's unused outputs,
+  hence the pick: the serial is used, and never equal to anything but itself."""
+  v = np.asarray(value, aval.dtype)
+  other = np.logical_not(v) if v.dtype == np.bool_ else np.asarray(
+      1 if v == 0 else 0, aval.dtype)
+  def fill():
+    k = lax.optimization_barrier(np.int32(serial))
+    x = lax.broadcast(lax.select(k == np.int32(serial), v, other), tuple(aval.shape))
+    return C.as_weak_type(x) if getattr(aval, "weak_type", False) else x
+  eqns, (out,) = trace_eqns(fill, [], like)
+  return eqns, out

@@ -168,10 +168,12 @@ def _scan_carries(eqn):
 # --------------------------------------------------------------------------- scanned buffers
 
 
-def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
-                         ) -> C.JaxprEqn:
+def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]],
+                         fresh: Sequence[tuple[object, int]] = ()) -> C.JaxprEqn:
   """The `scan` with its scanned-over operands `xs[k]` turned into carried buffers
-  whose row t the body reads and then writes back as `ys[j]`, for each `(k, j)`.
+  whose row t the body reads and then writes back as `ys[j]`, for each `(k, j)`;
+  and, for each `(init, j)` of `fresh`, `ys[j]` built in a carried buffer that
+  starts as `init` (a buffer of its type that no row is read from).
 
   JAX's `scan` reads `xs` row by row and builds each `ys` as a new stacked array;
   when `ys[j]` is the updated `xs[k]` (a KV cache stacked over layers, scanned over
@@ -185,12 +187,14 @@ def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
   nc, nk = p["num_consts"], p["num_carry"]
   body = p["jaxpr"].jaxpr
   n_xs, n_ys = len(eqn.invars) - nc - nk, len(eqn.outvars) - nk
-  moved_k, moved_j = [k for k, _ in pairs], [j for _, j in pairs]
+  moved_k = [k for k, _ in pairs]
+  moved_j = [j for _, j in pairs] + [j for _, j in fresh]
   rest_k = [k for k in range(n_xs) if k not in moved_k]
   rest_j = [j for j in range(n_ys) if j not in moved_j]
   int32 = C.ShapedArray((), np.dtype(np.int32))
   count = C.new_var(int32)
-  bufs = [C.new_var(eqn.invars[nc + nk + k].aval) for k in moved_k]
+  inits = [eqn.invars[nc + nk + k] for k in moved_k] + [a for a, _ in fresh]
+  bufs = [C.new_var(a.aval) for a in inits]
   eqns, new_bufs, count_next = _carried_xs_body(eqn, body, moved_k, moved_j, bufs,
                                                 count)
   invars = (list(body.invars[:nc + nk]) + bufs + [count]
@@ -199,15 +203,14 @@ def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
              + [body.outvars[nk + j] for j in rest_j])
   new_body = C.Jaxpr(body.constvars, invars, outvars, eqns, body.effects,
                      C.loose_debug_info(body.debug_info))
-  params = dict(p, num_carry=nk + len(pairs) + 1,
+  params = dict(p, num_carry=nk + len(bufs) + 1,
                 jaxpr=C.ClosedJaxpr(new_body, p["jaxpr"].consts))
   if "linear" in p:
     lin = tuple(p["linear"])
-    params["linear"] = (lin[:nc + nk] + (False,) * (len(pairs) + 1)
+    params["linear"] = (lin[:nc + nk] + (False,) * (len(bufs) + 1)
                         + tuple(lin[nc + nk + k] for k in rest_k))
   zero = C.Literal(np.int32(0), int32)
-  new_invars = (list(eqn.invars[:nc + nk])
-                + [eqn.invars[nc + nk + k] for k in moved_k] + [zero]
+  new_invars = (list(eqn.invars[:nc + nk]) + inits + [zero]
                 + [eqn.invars[nc + nk + k] for k in rest_k])
   new_outvars = (list(eqn.outvars[:nk]) + [eqn.outvars[nk + j] for j in moved_j]
                  + [C.new_var(int32)] + [eqn.outvars[nk + j] for j in rest_j])
@@ -216,7 +219,8 @@ def scan_with_carried_xs(eqn: C.JaxprEqn, pairs: Sequence[tuple[int, int]]
 
 def _carried_xs_body(eqn, body, moved_k, moved_j, bufs, count):
   """The body's equations with row reads of the carried stacks before them and row
-  writes after them, and the step counter advanced."""
+  writes after them, and the step counter advanced. `bufs` holds the stacks of
+  `moved_k` first (read and written), then those only written."""
   from jax import lax
   nc, nk, length = eqn.params["num_consts"], eqn.params["num_carry"], eqn.params["length"]
   eqns: list[C.JaxprEqn] = []
@@ -226,7 +230,7 @@ def _carried_xs_body(eqn, body, moved_k, moved_j, bufs, count):
     eqns += idx_eqns
   else:
     row = count
-  for k, buf in zip(moved_k, bufs, strict=True):
+  for k, buf in zip(moved_k, bufs, strict=False):
     read, (got,) = _build.trace_eqns(
         lambda b, i: lax.squeeze(lax.dynamic_slice_in_dim(b, i, 1, 0), (0,)),
         [buf, row], eqn)
