@@ -40,6 +40,8 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from . import _compat as C
 from . import _exactness as X
 from . import _rules
@@ -63,14 +65,26 @@ class Analyzer:
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
                manual: bool = False) -> Plan:
-    key = (id(jaxpr), tuple(bool(b) for b in buffers), bool(in_loop), bool(manual))
+    levels = tuple(_level(b) for b in buffers)
+    key = (id(jaxpr), levels, bool(in_loop), bool(manual))
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
-    plan = analyze_one(jaxpr, tuple(bool(b) for b in buffers), bool(in_loop),
-                       bool(manual), self)
+    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
+
+
+# How much an operand is a buffer: a version of one the caller gave (a donated
+# argument, a carry), or an array made inside that an update could continue.
+BUFFER, STARTED = 2, 1
+
+
+def _level(b) -> int:
+  """A buffer mask entry as a level: `True` is a buffer; rules pass levels on."""
+  if isinstance(b, (bool, np.bool_)):
+    return BUFFER if b else 0
+  return int(b)
 
 
 def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False,
@@ -210,10 +224,12 @@ def find_versions(st: _State, analyzer: Analyzer) -> None:
       in_loop=st.in_loop, manual=st.manual, analyze=analyzer,
       constant=lambda v: C.is_literal(v) or v in constant,
       producer=g.producer_eqn, inner_sensitive=analyzer.inner_sensitive)
-  st.versions = {v for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
-                 if b and _rules.is_big(v.aval)}
+  levels = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
+            if b and _rules.is_big(v.aval)}
+  st.versions = set(levels)
   for k, eqn in enumerate(g.eqns):
-    cand = [not C.is_literal(v) and (v in st.versions or _can_start(g, v))
+    cand = [0 if C.is_literal(v) else
+            levels.get(v) or (STARTED if _can_start(g, v) else 0)
             for v in eqn.invars]
     info = _rules.eqn_info(eqn, cand, ctx)
     kept = []
@@ -223,6 +239,7 @@ def find_versions(st: _State, analyzer: Analyzer) -> None:
         continue
       if v in st.versions or (use.strong and v in g.producer):
         st.versions.update((v, out))
+        levels[out] = levels.setdefault(v, STARTED)
         st.updaters.setdefault(v, []).append((k, use))
         kept.append(use)
     if len(kept) != len(info.uses):

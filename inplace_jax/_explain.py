@@ -107,6 +107,49 @@ def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
   return out or [_access(module, user)]
 
 
+# Elementwise HLO ops: each result element reads its operands' elements at its own
+# index, which a fusion writing over an operand may do in place.
+_SAME_INDEX = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert",
+    "cosine", "count-leading-zeros", "divide", "erf", "exponential",
+    "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
+    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
+    "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
+    "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor"})
+
+
+def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
+                 parameter: int | None) -> list[Access]:
+  """The operations of fusion `src` that read entry parameter `parameter` other
+  than element by element (a slice, a broadcast, a gather, ...): why XLA cannot
+  write `src`'s result over the parameter's buffer."""
+  fused = _fused(module, src)
+  if fused is None or parameter is None or not comp.is_entry:
+    return []
+  names = {i.name for i in comp.instructions if i.opcode == "parameter"
+           and i.operand_text.strip() == str(parameter)}
+  out: list[Access] = []
+  for k, o in enumerate(src.operands):
+    ins = comp.by_name.get(o)
+    while ins is not None and ins.opcode == "bitcast" and ins.operands:
+      ins = comp.by_name.get(ins.operands[0])
+    p = _param(fused, k)
+    if ins is None or ins.name not in names or p is None:
+      continue
+    stack, seen = list(fused.users.get(p.name, [])), set()
+    while stack:
+      i = stack.pop()
+      if i.name in seen:
+        continue
+      seen.add(i.name)
+      if i.opcode == "bitcast" and not _op(i):
+        stack.extend(fused.users.get(i.name, []))
+      elif i.opcode not in _SAME_INDEX:
+        out.append(_access(module, i))
+  return out
+
+
 def _dedupe(accesses) -> tuple[Access, ...]:
   out: list[Access] = []
   for a in accesses:
@@ -126,8 +169,11 @@ class Cause:
     what = buffer or "the buffer"
     if self.into_buffer:
       made = f" (by {self.writer})" if self.writer else ""
-      return (f"the new value of {what} is computed in another buffer{made} and "
-              "copied into the donated one")
+      reads = "; ".join(str(a) for a in self.readers)
+      also = f", which also reads it other than element by element ({reads})," \
+          if reads else ""
+      return (f"the new value of {what} is computed in another buffer{made}{also} "
+              "and copied into the donated one")
     reads = "; ".join(str(a) for a in self.readers) or "a later use"
     if self.writer is None:
       return f"XLA keeps the old value of {what} for {reads}"
@@ -146,7 +192,10 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
   v = ins.operands[0]
   if into_buffer:
     src = comp.by_name.get(v)
-    return Cause((), _access(module, src) if src is not None else None, True)
+    if src is None:
+      return Cause((), None, True)
+    return Cause(_dedupe(_moved_reads(module, comp, src, copy.buffer_parameter)),
+                 _access(module, src), True)
   done = comp.by_name.get(copy.done_name) if copy.done_name else None
   copy_users = comp.users.get((done or ins).name, [])
   v_users = [u for u in comp.users.get(v, []) if u is not ins]

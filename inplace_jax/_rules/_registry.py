@@ -167,11 +167,15 @@ def call_body(eqn) -> Any | None:
 
 
 def _elementwise_rule(eqn, is_version) -> EqnInfo:
+  """The result may be written over one operand of its type: a version of a buffer
+  the caller gave before an array made inside (`is_version` holds levels; `select_n`
+  lists its cases in reverse, so the first operand is not always the buffer)."""
   out = eqn.outvars[0].aval
+  best, level = None, 0
   for i, (v, ver) in enumerate(zip(eqn.invars, is_version, strict=True)):
-    if ver and same_type(v.aval, out):
-      return EqnInfo(uses=(InplaceUse(i, 0, strong=False),))
-  return EqnInfo()
+    if ver and int(ver) > level and same_type(v.aval, out):
+      best, level = i, int(ver)
+  return EqnInfo() if best is None else EqnInfo(uses=(InplaceUse(best, 0, strong=False),))
 
 
 def opaque_info(eqn, is_version) -> EqnInfo:
