@@ -75,7 +75,16 @@ def sparse_momentum(state, idx, g):
           p[idx].sum() + rows.sum())
 
 
+def clip_to_column(x, j):
+  """`jnp.where` over the buffer with a broadcast of its own column: the new value
+  reads the buffer other than element by element, so the column is read first
+  (`select_n` lists the broadcast column before the buffer; fuzz seed 2035 #10)."""
+  col = lax.dynamic_slice_in_dim(x, j, 1, 1)
+  return jnp.where(x > 0, x, jnp.resize(col, x.shape))
+
+
 CASES = {
+    "clip_to_column": (clip_to_column, lambda: (_x(), jnp.int32(5)), (0,), ()),
     "swap_then_read": (swap_then_read, lambda: (_x(), 3), (0,), (1,)),
     "read_between_updates": (read_between_updates, lambda: (_x(),), (0,), ()),
     "noop_branch_and_swap": (noop_branch_and_swap,
@@ -109,6 +118,18 @@ def test_copy_free_and_exact(name):
     r.assert_kept_for_arithmetic(FULL)
     return
   assert r.report.buffer_copies(FULL) == (), r.report
+
+
+def test_copy_into_buffer_names_the_reads_behind_it():
+  # jax.jit computes the `where` in another buffer and copies it into the donated
+  # one; the cause names the read of the column that keeps XLA from writing over it.
+  r = compare(clip_to_column, _x(), jnp.int32(5), donate_argnums=(0,))
+  if not ON_CPU:
+    pytest.skip("the copy is XLA:CPU's")
+  (copy,) = r.ref_report.buffer_copies(FULL)
+  assert "computed in another buffer" in copy.cause, copy.cause
+  assert [a.op for a in copy.readers] == ["dynamic_slice"], copy.readers
+  assert "other than element by element (dynamic_slice at" in copy.cause, copy.cause
 
 
 def attend_then_write(k_cache, v_cache, pos, q, k_new, v_new):
