@@ -64,13 +64,16 @@ class Analyzer:
     self.hints = hints
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
-               manual: bool = False) -> Plan:
+               manual: bool = False, left: Sequence[bool] = ()) -> Plan:
+    """`left` marks inputs (donated buffers jax.jit already updates in place) whose
+    versions are left exactly as they are: no chain of updates starts from them."""
     levels = tuple(_level(b) for b in buffers)
-    key = (id(jaxpr), levels, bool(in_loop), bool(manual))
+    left = tuple(bool(x) for x in left)
+    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left)
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
-    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self)
+    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
 
@@ -156,11 +159,11 @@ class _State:
 
 
 def analyze_one(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
-                analyzer: Analyzer) -> Plan:
+                analyzer: Analyzer, left: tuple[bool, ...] = ()) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
   st = _State(Graph(_dce(jaxpr)), buffers, in_loop, manual,
               inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints)
-  find_versions(st, analyzer)
+  find_versions(st, analyzer, left)
   pick_successors(st)
   order_reads(st)
   tie_reads(st)
@@ -210,7 +213,7 @@ def _out(st: _State, k: int, use: InplaceUse):
 # --------------------------------------------------------------------------- 1. versions
 
 
-def find_versions(st: _State, analyzer: Analyzer) -> None:
+def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> None:
   """Runs each equation's rule; follows buffer versions forward through its uses.
 
   Small buffers are left alone, donated or not: their copies cost next to nothing,
@@ -227,8 +230,15 @@ def find_versions(st: _State, analyzer: Analyzer) -> None:
   levels = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
             if b and _rules.is_big(v.aval)}
   st.versions = set(levels)
+  # Versions of the buffers left alone: an update of one continues it, and no
+  # chain of ours may start there (the operand's type, out of any equation).
+  alone = {v for v, x in zip(g.jaxpr.invars, left) if x}
   for k, eqn in enumerate(g.eqns):
-    cand = [0 if C.is_literal(v) else
+    if alone:
+      types = [v.aval for v in eqn.invars if not C.is_literal(v) and v in alone]
+      alone.update(o for o in eqn.outvars if not C.is_drop_var(o)
+                   and any(_rules.same_type(o.aval, a) for a in types))
+    cand = [0 if C.is_literal(v) or v in alone else
             levels.get(v) or (STARTED if _can_start(g, v) else 0)
             for v in eqn.invars]
     info = _rules.eqn_info(eqn, cand, ctx)

@@ -286,7 +286,7 @@ class InplaceJitted:
         candidates.append(last)
         if _improves(last, best, plain, threshold):
           best, best_plan = last, plan
-      nxt = _next_hints(hints, last, threshold)
+      nxt = _next_hints(hints, last, plain, threshold)
       if nxt is None or nxt == hints:
         break
       hints = nxt
@@ -455,10 +455,11 @@ def _has_barrier(jaxpr) -> bool:
   return False
 
 
-def _next_hints(hints: _plan.Hints, cand: Candidate, min_bytes: int):
+def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes: int):
   """What the next round should do differently, or None to stop: keep barriers away
-  from operations whose arithmetic this candidate changed; else tie the reads
-  behind the copies that remain."""
+  from operations whose arithmetic this candidate changed; leave alone the buffers
+  jax.jit does not copy, if this candidate copies one; else tie the reads behind
+  the copies that remain."""
   if cand.changed:
     keys = {o.key for o in cand.changed if not isinstance(o, str) and o.key}
     if not keys:
@@ -466,6 +467,10 @@ def _next_hints(hints: _plan.Hints, cand: Candidate, min_bytes: int):
     return dataclasses.replace(hints, avoid=hints.avoid | frozenset(keys))
   if not cand.report.verified or not cand.report.buffer_copies(min_bytes):
     return None
+  theirs = {c.buffer for c in plain.report.buffer_copies(min_bytes)}
+  if not hints.leave and any(c.buffer not in theirs
+                             for c in cand.report.buffer_copies(min_bytes)):
+    return dataclasses.replace(hints, leave=True)
   return dataclasses.replace(hints, tie=hints.tie | _reader_keys(cand.report, min_bytes),
                              through_updates=True)
 

@@ -54,6 +54,9 @@ class Hints:
   # key): no read is tied where it reaches them, and no barrier goes before or
   # after them as updates.
   avoid: frozenset[SourceKey] = frozenset()
+  # The donated buffers jax.jit's program does not copy are left exactly as they
+  # are, their versions too (an earlier compile copied one that jax.jit does not).
+  leave: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,11 +95,14 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
                               erase_remat_barriers=erase_remat_barriers,
                               analyze=analyzer)
     jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
-    plan = analyzer(jaxpr, buffers, in_loop)
+    # Donated buffers not to sequence are left exactly as they are.
+    left = tuple(d and not b and hints.leave
+                 for d, b in zip(donated, buffers, strict=True))
+    plan = analyzer(jaxpr, buffers, in_loop, left=left)
     if ctx.restructured:
       plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
     if boundary and not in_loop:
-      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer)
+      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left)
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -109,7 +112,7 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   return C.ClosedJaxpr(new, consts), plan
 
 
-def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer) -> Plan:
+def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=()) -> Plan:
   """The plan with only the donated buffers XLA can update in place: those whose
   last version is the output JAX aliases them to (JAX pairs donated inputs with
   outputs of the same shape and dtype, in order). The others are read-only to XLA,
@@ -122,7 +125,7 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer) -> Plan:
   if not dropped:
     return plan
   first = plan
-  plan = analyzer(jaxpr, kept, False)
+  plan = analyzer(jaxpr, kept, False, left=left)
   names = _arg_names(jaxpr)
   notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(

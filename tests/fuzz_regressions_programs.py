@@ -719,7 +719,27 @@ def bf16_product_tied_before_f32_set(b0, b1, b2):
   return (b2, v1, b0, b1,)
 
 
+def sequencing_one_buffer_leaves_the_other(b0, b1, b2):
+  """Seed 2035 #55, commit 1e927e8. Oracle: residual (jax.jit's program ran, 3 KiB
+  of b1 copies). jax.jit copies b1 only; the sequenced program tied b0's updates
+  too (chains started from b0's versions) and XLA copied b0 twice (8 KiB), so it
+  lost. A refinement round now leaves the buffers jax.jit does not copy exactly as
+  they are (`Hints.leave`): 2 KiB of b1 copies, b0 none
+  (tests/test_copy_free.py::test_buffers_jax_jit_does_not_copy_are_left_alone)."""
+  v1 = b1 * b1
+  b1 = lax.dynamic_update_index_in_dim(b1, jnp.resize(v1, (16,)), jnp.argmin(b2[:, 7]) % 16, 0)
+  b0 = b0.at[-17, 29].add(jnp.max(v1).astype(jnp.int32))
+  v2 = v1 - v1
+  v3 = jax.vmap(lambda r: r @ (jnp.arange(128, dtype=jnp.float32).reshape(16, 8) % 5 - 2) * 0.125)(b1)
+  b0 = b0.at[0:16, 10:18].add(v3[0:16, 0:8].astype(jnp.int32))
+  b0 = lax.dynamic_update_slice(b0, jnp.resize(v2, (15, 12)).astype(jnp.int32), (jnp.argmax(b0[9]) % 18, jnp.argmin(b0[:, 12]) % 21 + 21))
+  b1 = lax.dynamic_update_slice(b1, jnp.full((16, 15), 0.5, jnp.float32), (jnp.argmax(b0[25]) % 1, jnp.argmax(b2[9]) % 2 + 2))
+  return (b0, b1, b2,)
+
+
 REGRESSIONS = [
+    _case(sequencing_one_buffer_leaves_the_other, Buf("b0", (32, 32), "int32"),
+          f32("b1", 16, 16), f32("b2", 16, 16), data="special", data_seed=563611184),
     _case(rmw_index_read_from_same_buffer, f32("x", 8, 8)),
     _case(rmw_index_argmin_of_same_buffer, f32("x", 16, 24)),
     _case(loop_read_after_update_small, f32("x", 8, 8)),

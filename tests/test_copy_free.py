@@ -132,6 +132,25 @@ def test_copy_into_buffer_names_the_reads_behind_it():
   assert "other than element by element (dynamic_slice at" in copy.cause, copy.cause
 
 
+def test_buffers_jax_jit_does_not_copy_are_left_alone():
+  # Sequencing b1 (which jax.jit copies) had made XLA copy b0 (which it does not):
+  # a refinement round leaves b0's versions as they are.
+  import fuzz_regressions_programs as programs
+  from inplace_jax.testing import fuzz
+  case = next(c for c in programs.REGRESSIONS
+              if c.fn is programs.sequencing_one_buffer_leaves_the_other)
+  r = compare(case.fn, *fuzz.make_inputs(case.bufs, case.data_seed, case.data),
+              donate_argnums=(0, 1, 2))
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  theirs = r.ref_report.buffer_copies(1024)
+  assert theirs and {c.buffer for c in theirs} == {"b1"}, r.ref_report
+  assert r.report.program == "sequenced", r.report.decision
+  ours = r.report.buffer_copies(1024)
+  assert sum(c.nbytes for c in ours) < sum(c.nbytes for c in theirs), r.report
+  assert "b0" not in {c.buffer for c in ours}, r.report
+
+
 def attend_then_write(k_cache, v_cache, pos, q, k_new, v_new):
   """A decode step that attends over the old cache and the new token (einsums and a
   softmax read both caches), then writes the token at `pos`."""
