@@ -95,3 +95,32 @@ def test_gradient_equal(name):
   ref = jax.jit(jax.grad(loss))(x)
   ours = inplace_jax.jit(jax.grad(loss), on_copy="ignore")(x)
   np.testing.assert_array_equal(np.asarray(ref), np.asarray(ours))
+
+
+def scatter_other_buffer_in_branch(x, y, p):
+  """Branch 0 updates x at gathered columns and y (which jax.jit updates in place in
+  the branch), branch 1 updates rows of x; both read a row of x taken before. The
+  lowered conditional carries y too: passed into its loops as a constant, y was
+  copied to be updated (fuzz seed 2035 #148)."""
+  row = x[28, 13:16]
+  def update_both(x, y):
+    x = x.at[:, jnp.array([9, 7, 19])].set(jnp.resize(row, (x.shape[0], 3)))
+    y = y.at[jnp.array([28, 4])].min(jnp.resize(row, (2, y.shape[1])),
+                                      unique_indices=True)
+    return x, y
+  def update_rows(x, y):
+    x = x.at[22:24].set(jnp.resize(row, (2, x.shape[1])))
+    return x.at[8].add(jnp.resize(row, (x.shape[1],))), y
+  x, y = lax.cond(p, update_both, update_rows, x, y)
+  return x, y, row
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_branch_updating_another_buffer_is_carried(taken):
+  rng = np.random.default_rng(0)
+  x, y = (jnp.asarray(rng.normal(size=(32, 24)), jnp.float32) for _ in range(2))
+  r = compare(scatter_other_buffer_in_branch, x, y, jnp.bool_(taken),
+              donate_argnums=(0, 1))
+  if ON_CPU:
+    assert {c.buffer for c in r.ref_report.buffer_copies(1024)} == {"x"}, r.ref_report
+    assert r.report.buffer_copies(1024) == (), r.report
