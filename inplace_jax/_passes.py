@@ -12,13 +12,16 @@ form the analysis and XLA handle best:
    size of each write instead of a whole-buffer select per step.
 4. `pick_given_outputs`: a conditional's small outputs that a branch gives as a
    literal or an operand are picked after it by `select_n` on the index.
-5. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
+5. `merge_cond_operands`: a value a conditional takes twice (an operand and a
+   closed-over one) is one operand, so a branch's reads of it are reads of the
+   buffer the branch updates.
+6. `carry_scanned_buffers`: a top-level `scan` over a donated buffer's rows that
    returns them updated carries the buffer instead (no whole-stack copy on entry).
-6. `distinct_fills`: buffers filled with one constant (a `jnp.zeros`, the empty
+7. `distinct_fills`: buffers filled with one constant (a `jnp.zeros`, the empty
    stacks a `scan` lowers its `ys` into) that start loops, made distinct: XLA
    merges identical fills into one buffer, and every loop that updates it in place
    but one then starts from a copy.
-7. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
+8. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
    fusion, `jax.checkpoint`'s CSE barriers go too, so the options that keep
    inplace_jax's barriers do not keep those.
 """
@@ -67,6 +70,10 @@ def pick_given_outputs(jaxpr, consts, ctx: PassContext):
   return map_eqns(jaxpr, _given_outputs_picked, {}), consts
 
 
+def merge_cond_operands(jaxpr, consts, ctx: PassContext):
+  return map_eqns(jaxpr, _cond_operands_merged, {}), consts
+
+
 def carry_scanned_buffers(jaxpr, consts, ctx: PassContext):
   if ctx.in_loop:
     return jaxpr, consts
@@ -86,7 +93,8 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
 
 
 PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
-          carry_scanned_buffers, distinct_fills, erase_remat_barriers)
+          merge_cond_operands, carry_scanned_buffers, distinct_fills,
+          erase_remat_barriers)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):
@@ -182,6 +190,39 @@ def _given_outputs_picked(eqn) -> list:
   if not picks:
     return [eqn]
   return [eqn.replace(outvars=outvars), *picks]
+
+
+def _cond_operands_merged(eqn) -> list:
+  """A `cond` that takes one variable as several operands, taking it once: each
+  branch reads its first parameter for it where it read the others."""
+  if eqn.primitive is not C.cond_p:
+    return [eqn]
+  ops = eqn.invars[1:]
+  first: dict[Any, int] = {}
+  keep, same = [], {}
+  for k, v in enumerate(ops):
+    if not C.is_literal(v) and v in first:
+      same[k] = first[v]
+    else:
+      if not C.is_literal(v):
+        first[v] = k
+      keep.append(k)
+  if not same:
+    return [eqn]
+  branches = tuple(_merged_params(b, keep, same) for b in eqn.params["branches"])
+  return [eqn.replace(invars=[eqn.invars[0]] + [ops[k] for k in keep],
+                      params=dict(eqn.params, branches=branches))]
+
+
+def _merged_params(branch: C.ClosedJaxpr, keep: list[int], same: dict[int, int]):
+  """`branch` with parameter k read as parameter `same[k]`, and only `keep` left."""
+  j = branch.jaxpr
+  sub = {j.invars[k]: j.invars[i] for k, i in same.items()}
+  get = lambda v: v if C.is_literal(v) else sub.get(v, v)   # noqa: E731
+  eqns = [e.replace(invars=[get(v) for v in e.invars]) for e in j.eqns]
+  new = C.Jaxpr(j.constvars, [j.invars[k] for k in keep], [get(v) for v in j.outvars],
+                eqns, j.effects, C.loose_debug_info(j.debug_info))
+  return C.ClosedJaxpr(new, branch.consts)
 
 
 def _given_atom(jaxpr, o: int, ops) -> Any:

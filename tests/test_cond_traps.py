@@ -124,3 +124,29 @@ def test_branch_updating_another_buffer_is_carried(taken):
   if ON_CPU:
     assert {c.buffer for c in r.ref_report.buffer_copies(1024)} == {"x"}, r.ref_report
     assert r.report.buffer_copies(1024) == (), r.report
+
+
+def switch_reads_closed_over_buffer(x, i):
+  """A branch sets rows of x, then reads the x it closed over (the old value):
+  the conditional takes x twice, as its operand and as a closed-over value. Taken
+  once, the branch's read is a read of the buffer it updates, and is ordered
+  before the update (fuzz seed 2035 #235)."""
+  old = x
+  def set_rows(x):
+    x = x.at[jnp.array([6, 11])].set(-2.0, indices_are_sorted=True)
+    return x, jnp.max(old * old)
+  def keep(x):
+    return x, jnp.float32(0)
+  def add_row(x):
+    return x.at[3].add(1.0), jnp.float32(1)
+  x, m = lax.switch(i, [set_rows, keep, add_row], x)
+  return x, m
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_closed_over_operand_is_the_buffer(index):
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(32, 24)), jnp.float32)
+  r = compare(switch_reads_closed_over_buffer, x, jnp.int32(index), donate_argnums=(0,))
+  if ON_CPU:
+    assert r.ref_report.buffer_copies(1024), "jax.jit should copy x here"
+    assert r.report.buffer_copies(1024) == (), r.report
