@@ -665,6 +665,23 @@ def _moved_only(st: _State, w, region: set[int]) -> bool:
              for k in region)
 
 
+def _sliced_in_call(eqn, pos: int, tie) -> bool:
+  """In a refinement round: whether call `eqn` (a nested jit, say) slices its
+  operand `pos` in its body where an earlier compile showed that slice reading the
+  old buffer (`tie`), and otherwise only updates it in place: XLA inlines the call
+  and forwards the slice to the buffer before the update. (A barrier in front of a
+  call that computes with the whole operand would move that arithmetic's fusion.)"""
+  body = _rules.call_body(eqn)
+  if not tie or body is None or pos >= len(body.invars):
+    return False
+  v = body.invars[pos]
+  users = [(e, [i for i, w in enumerate(e.invars) if w is v]) for e in body.eqns]
+  users = [(e, ps) for e, ps in users if ps]
+  in_place = (C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES)
+  return any(X.is_slicing(e) and source_key(e) in tie for e, _ in users) and all(
+      X.is_slicing(e) or (e.primitive in in_place and ps == [0]) for e, ps in users)
+
+
 def _recomputed(st: _State, use: InplaceUse, c: int) -> bool:
   """In a refinement round: whether XLA may recompute an elementwise update's result
   inside reader `c`'s fusion (it duplicates cheap elementwise producers into their
@@ -767,9 +784,12 @@ def post_update_barriers(st: _State) -> None:
       nxt = st.successor.get(out)
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
       # of arithmetic would change what XLA fuses, and so last-bit rounding.
-      has_reads = any(not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
-                      and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c)
-                           or _fused_reader(st, out, c))
+      has_reads = any((not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
+                       and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c)
+                            or _fused_reader(st, out, c)))
+                      # A call that slices it (then updates it, maybe): inlined, a
+                      # slice XLA forwards to the old buffer as outside.
+                      or _sliced_in_call(g.eqns[c], pos, st.hints.tie)
                       for c, pos in g.uses(out))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)

@@ -33,7 +33,7 @@ from ._report import CopyInfo
 Lineage = Union[frozenset, tuple]
 _NONE: frozenset = frozenset()
 
-_PASS = frozenset({"bitcast", "copy", "copy-done", "optimization-barrier"})
+_PASS = frozenset({"bitcast", "copy", "copy-done", "opt-barrier"})
 _OPERAND0 = frozenset({"dynamic-update-slice", "scatter"})
 # Elementwise opcodes: the result may be written over an operand of its type.
 _ELEMENTWISE = frozenset((
