@@ -100,7 +100,7 @@ def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False,
 class _State:
   """What the passes learn about one jaxpr, pass by pass."""
   g: Graph
-  buffers: tuple[bool, ...]
+  buffers: tuple[int, ...]     # levels: BUFFER, STARTED or 0
   in_loop: bool
   manual: bool
   infos: list[EqnInfo] = dataclasses.field(default_factory=list)
@@ -158,7 +158,7 @@ class _State:
     return found
 
 
-def analyze_one(jaxpr, buffers: tuple[bool, ...], in_loop: bool, manual: bool,
+def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
                 analyzer: Analyzer, left: tuple[bool, ...] = ()) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
   st = _State(Graph(_dce(jaxpr)), buffers, in_loop, manual,
@@ -227,7 +227,7 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
       in_loop=st.in_loop, manual=st.manual, analyze=analyzer,
       constant=lambda v: C.is_literal(v) or v in constant,
       producer=g.producer_eqn, inner_sensitive=analyzer.inner_sensitive)
-  levels = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
+  levels: dict[Any, int] = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
             if b and _rules.is_big(v.aval)}
   st.versions = set(levels)
   # Versions of the buffers left alone: an update of one continues it, and no

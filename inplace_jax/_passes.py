@@ -218,7 +218,8 @@ def _merged_params(branch: C.ClosedJaxpr, keep: list[int], same: dict[int, int])
   """`branch` with parameter k read as parameter `same[k]`, and only `keep` left."""
   j = branch.jaxpr
   sub = {j.invars[k]: j.invars[i] for k, i in same.items()}
-  get = lambda v: v if C.is_literal(v) else sub.get(v, v)   # noqa: E731
+  def get(v: Any) -> Any:
+    return v if C.is_literal(v) else sub.get(v, v)
   eqns = [e.replace(invars=[get(v) for v in e.invars]) for e in j.eqns]
   new = C.Jaxpr(j.constvars, [j.invars[k] for k in keep], [get(v) for v in j.outvars],
                 eqns, j.effects, C.loose_debug_info(j.debug_info))

@@ -143,7 +143,7 @@ class Step:
 class Plan:
   """The sequencing plan for one jaxpr (and, recursively, its sub-jaxprs)."""
   jaxpr: Any                          # normalised core.Jaxpr the plan refers to
-  buffers: tuple[bool, ...]           # which invars are treated as buffers
+  buffers: tuple[int, ...]            # which invars are treated as buffers (levels)
   in_loop: bool                       # the jaxpr is (inside) a loop body
   order: tuple[Step, ...]
   barriers: tuple[BarrierSpec, ...]

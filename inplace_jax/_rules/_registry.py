@@ -52,7 +52,8 @@ class Context:
   inner_sensitive: Callable[[Any, int], bool]
 
 
-AnalysisRule = Callable[[C.JaxprEqn, Sequence[bool], Context], EqnInfo]
+# is_version: a level per operand (0: not a buffer; see `_analysis.BUFFER`).
+AnalysisRule = Callable[[C.JaxprEqn, Sequence[int], Context], EqnInfo]
 RewriteRule = Callable[..., list]
 Bindings = Callable[[C.JaxprEqn, int], list]
 Carries = Callable[[C.JaxprEqn], list]
@@ -125,7 +126,7 @@ def can_root(eqn) -> bool:
 # --------------------------------------------------------------------------- queries
 
 
-def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[bool], ctx: Context) -> EqnInfo:
+def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[int], ctx: Context) -> EqnInfo:
   """The analysis of one equation; `is_version[i]` says invar i is a buffer version."""
   if not any(is_version) and not C.jaxprs_in_params(eqn.params):
     return EqnInfo()
