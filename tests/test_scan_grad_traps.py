@@ -139,3 +139,36 @@ def test_small_loop_copies_are_left_alone():
   xs = jnp.asarray(np.random.default_rng(1).normal(size=(n, 16)), jnp.float32)
   r = compare(sgd(loss), w, xs, donate_argnums=(0,))
   assert r.report.program == "jax.jit", r.report.decision
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32])
+def test_scans_start_from_fills_of_their_own(reverse, dtype):
+  # Two scans whose stacked outputs and zero-filled carries share one type: XLA
+  # merges the fills and copies one per loop on entry. The transform gives each
+  # its own; values equal jax.jit's, reversed scans and integer fills included.
+  import inplace_jax
+  from inplace_jax._equal import tree_difference
+  n, d = 64, 512
+  def f(w, xs):
+    def step(carry, x):
+      acc, ys = carry
+      acc = acc + x.astype(dtype)
+      return (acc, ys.at[0].set(acc)), (acc, acc * 2)
+    init = (jnp.zeros((d,), dtype), jnp.zeros((n, d), dtype))
+    (acc, ys), (a, b) = lax.scan(step, init, xs, reverse=reverse)
+    (_, zs), (c, _) = lax.scan(step, init, xs[::-1], reverse=not reverse)
+    return w + 1, acc, ys, a, b, zs, c
+  xs = jnp.asarray(np.random.default_rng(0).integers(-3, 4, size=(n, d)), jnp.float32)
+  plain = jax.jit(f, donate_argnums=(0,))
+  ours = jax.jit(inplace_jax.sequence(f, donate_argnums=(0,)), donate_argnums=(0,),
+                 compiler_options=inplace_jax.compiler_options())
+  assert tree_difference(ours(_w(), xs), plain(_w(), xs)) is None
+  if ON_CPU:
+    size = n * d * 4
+    def fills(fn):
+      report = inplace_jax.check_compiled(fn.lower(_w(), xs).compile())
+      return [c for c in report.copies
+              if c.nbytes >= size and "broadcast" in (c.operand or "")]
+    assert fills(plain), "jax.jit should copy a merged fill here"
+    assert not fills(ours)
