@@ -24,6 +24,7 @@ from ._report import Access, CopyInfo
 
 _IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
 _VIEW = frozenset({"bitcast", "get-tuple-element", "tuple", "copy"})
+_BITCAST = frozenset({"bitcast"})
 
 
 def _op(ins: Instruction) -> str | None:
@@ -82,28 +83,31 @@ def _writes_in_place(module: HloModule, comp: Computation, user: Instruction,
   return False
 
 
+def _fused_readers(fused: Computation, k: int, through: frozenset[str]):
+  """The operations of fusion computation `fused` that read its parameter `k`,
+  looking through `through` (views the user did not write: no op name)."""
+  p = _param(fused, k)
+  stack = list(fused.users.get(p.name, [])) if p is not None else []
+  seen: set[str] = set()
+  while stack:
+    i = stack.pop()
+    if i.name in seen:
+      continue
+    seen.add(i.name)
+    if i.opcode in through and not _op(i):
+      stack.extend(fused.users.get(i.name, []))
+    else:
+      yield i
+
+
 def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
   """How `user` reads `operand`: inside a fusion, the fused operations that read the
   parameter bound to it; elsewhere `user` itself."""
   fused = _fused(module, user)
   if fused is None:
     return [_access(module, user)]
-  out: list[Access] = []
-  for k, o in enumerate(user.operands):
-    if o != operand:
-      continue
-    p = _param(fused, k)
-    stack = list(fused.users.get(p.name, [])) if p is not None else []
-    seen: set[str] = set()
-    while stack:
-      i = stack.pop()
-      if i.name in seen:
-        continue
-      seen.add(i.name)
-      if i.opcode in _VIEW and not _op(i):
-        stack.extend(fused.users.get(i.name, []))
-      else:
-        out.append(_access(module, i))
+  out = [_access(module, i) for k, o in enumerate(user.operands) if o == operand
+         for i in _fused_readers(fused, k, _VIEW)]
   return out or [_access(module, user)]
 
 
@@ -134,19 +138,10 @@ def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
     ins = comp.by_name.get(o)
     while ins is not None and ins.opcode == "bitcast" and ins.operands:
       ins = comp.by_name.get(ins.operands[0])
-    p = _param(fused, k)
-    if ins is None or ins.name not in names or p is None:
+    if ins is None or ins.name not in names:
       continue
-    stack, seen = list(fused.users.get(p.name, [])), set()
-    while stack:
-      i = stack.pop()
-      if i.name in seen:
-        continue
-      seen.add(i.name)
-      if i.opcode == "bitcast" and not _op(i):
-        stack.extend(fused.users.get(i.name, []))
-      elif i.opcode not in _SAME_INDEX:
-        out.append(_access(module, i))
+    out += [_access(module, i) for i in _fused_readers(fused, k, _BITCAST)
+            if i.opcode not in _SAME_INDEX]
   return out
 
 
