@@ -290,20 +290,29 @@ def pick_successors(st: _State) -> None:
     elif v not in g.outvars:
       # A version that is returned ends its buffer's chain: an elementwise op that
       # reads it makes a new value, not the buffer's next version.
-      leading = [u for u in weak if _out(st, *u) in reaches_out]
+      # The one that leads to the first output: JAX aliases a donated buffer to
+      # the first output of its type (`sin(x)` and `x + sin(x)` both continue x).
+      leading = sorted((u for u in weak if _out(st, *u) in reaches_out),
+                       key=lambda u: reaches_out[_out(st, *u)])
       if leading:
         st.successor[v] = leading[0]
   _drop_unreturned_chains(st)
 
 
-def _reaching_outputs(st: _State) -> set[Any]:
-  """Versions that lead to an output through in-place uses (backward)."""
+def _reaching_outputs(st: _State) -> dict[Any, int]:
+  """Versions that lead to an output through in-place uses (backward), each with
+  the first output it leads to."""
   g = st.g
-  reaches_out = {v for v in g.outvars if v in st.versions}
+  reaches_out: dict[Any, int] = {}
+  for i, v in enumerate(g.jaxpr.outvars):   # in order: `g.outvars` is a set
+    if not C.is_literal(v) and v in st.versions and v not in reaches_out:
+      reaches_out[v] = i
   for k in range(g.n - 1, -1, -1):
     for use in st.infos[k].uses:
-      if _out(st, k, use) in reaches_out:
-        reaches_out.add(g.eqns[k].invars[use.operand])
+      out = _out(st, k, use)
+      if out in reaches_out:
+        v = g.eqns[k].invars[use.operand]
+        reaches_out[v] = min(reaches_out.get(v, reaches_out[out]), reaches_out[out])
   return reaches_out
 
 

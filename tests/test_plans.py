@@ -89,6 +89,21 @@ def test_read_only_feeding_its_update_is_not_tied():
   assert not plan.changed
 
 
+def test_elementwise_update_continues_into_the_aliased_output():
+  # `sin(x)` and `x + 0.1 * sin(x)` both have x's type; JAX aliases x to the
+  # first output of its type, so the chain continues into that one: the findings
+  # say why it is not in place (a tie after sin could change its arithmetic), not
+  # that the updated x is output 1.
+  def f(x):
+    s = jnp.sin(x)
+    return x + s * -0.1, s, s * s
+  closed = jax.make_jaxpr(f)(_x())
+  _, plan = inplace_jax.sequence_jaxpr(closed, donated=[True])
+  kinds = {c.kind for c in plan.all_conflicts()}
+  assert _plan.FindingKind.NOT_ALIASED not in kinds, plan.all_conflicts()
+  assert _plan.FindingKind.WOULD_CHANGE_ARITHMETIC in kinds, plan.all_conflicts()
+
+
 def test_repeated_index_scatter_add_is_not_split():
   def f(x):
     idx = jnp.array([1, 1, 2])
