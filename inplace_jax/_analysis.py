@@ -828,7 +828,11 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
   unordered read of the buffer ("a barrier over a slice that was already reshaped
   before the barrier orders nothing"). A value computed before the barrier from a
   read and used after it is tied too: left untied, XLA may recompute its cheap read
-  of the buffer in the later fusion, after the update.
+  of the buffer in the later fusion, after the update. Not another buffer's
+  version that an in-place update (a scatter of a value read here) made: it is
+  memory, not recomputed, and tied, every later use of that buffer would wait for
+  this barrier (a swap between two buffers whose indices read both then had no
+  order at all).
   """
   g = st.g
   if not st.pre_read_eqns:
@@ -844,13 +848,19 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
       for w in g.eqns[k].outvars:
         if C.is_drop_var(w) or w in ties:
           continue
-        if any(c not in anc for c, _ in g.uses(w)) and \
-            X.cut_safe_var(g.eqns[k], w) and not st.sensitive(w):
+        if any(c not in anc for c, _ in g.uses(w)) and not _updated_in_place(st, k, w) \
+            and X.cut_safe_var(g.eqns[k], w) and not st.sensitive(w):
           ties.append(w)
     later = {c for w in ties for c, _ in g.uses(w) if c not in anc and c != u}
     if later:
       out[u] = later
   return out
+
+
+def _updated_in_place(st: _State, k: int, w) -> bool:
+  """Whether `w` is a buffer version that equation `k` updates in place."""
+  return w in st.versions and any(
+      use.strong and st.g.eqns[k].outvars[use.output] is w for use in st.infos[k].uses)
 
 
 def _between_tied(g: Graph, preds, tied: set[int]) -> set[int]:
@@ -885,20 +895,24 @@ def _between_tied(g: Graph, preds, tied: set[int]) -> set[int]:
 def make_plan(st: _State, after_tie: dict[int, set[int]]) -> Plan:
   """Schedules the equations and barriers and records the plan.
 
-  Both kinds of edges are needed for the barriers to be sound, so where they cannot
-  all be honoured (an untied read that a tied one needs first, say), the jaxpr is
-  left as it is.
+  Both kinds of edges are needed for a barrier to be sound. Where the barriers
+  cannot all be honoured together (one buffer's reads feed another's tied read,
+  and the other way round: a swap between two buffers whose indices read both),
+  the barriers are kept in program order as long as they can be, and the updates
+  whose barrier would close a cycle are left to XLA (`_schedulable`).
   """
   g = st.g
-  barriers = [BarrierSpec("pre", u, tuple(vs), tuple(st.pre_reads.get(u, ())),
-                          tuple(st.pre_sources.get(u, ())))
-              for u, vs in st.pre_versions.items()]
-  barriers += [BarrierSpec("post", u, tuple(vs)) for u, vs in st.post_versions.items()]
   after = {k: set(v) for k, v in st.after_pre.items()}
   for k, v in after_tie.items():
     after.setdefault(k, set()).update(v)
-  order = schedule(g, st.pre_versions, st.pre_read_eqns, after, st.post_versions)
-  splits, moved = st.splits, st.moved
+  kept = _schedulable(st, after)
+  pre = {u: vs for u, vs in st.pre_versions.items() if u in kept}
+  barriers = [BarrierSpec("pre", u, tuple(vs), tuple(st.pre_reads.get(u, ())),
+                          tuple(st.pre_sources.get(u, ())))
+              for u, vs in pre.items()]
+  barriers += [BarrierSpec("post", u, tuple(vs)) for u, vs in st.post_versions.items()]
+  order = schedule(g, pre, st.pre_read_eqns, after, st.post_versions)
+  splits, moved = frozenset(u for u in st.splits if u in kept), st.moved
   if order is None:
     st.conflicts.append(Conflict(
         FindingKind.UNSEQUENCED, "inplace_jax could not order the reads of this "
@@ -910,6 +924,29 @@ def make_plan(st: _State, after_tie: dict[int, set[int]]) -> Plan:
               barriers=tuple(barriers), infos=tuple(st.infos),
               splits=frozenset(splits), flows=flows, strong_flows=strong_flows,
               moved=tuple(sorted(moved)), conflicts=tuple(st.conflicts))
+
+
+def _schedulable(st: _State, after: dict[int, set[int]]) -> set[int]:
+  """The updates whose pre barriers can be honoured together: all of them, or
+  else, in program order, each that keeps the schedule acyclic (the others are
+  recorded as conflicts; their buffers are left to XLA)."""
+  g = st.g
+  if schedule(g, st.pre_versions, st.pre_read_eqns, after, st.post_versions):
+    return set(st.pre_versions)
+  kept: set[int] = set()
+  for u in sorted(st.pre_versions):
+    trial = {k: vs for k, vs in st.pre_versions.items() if k in kept or k == u}
+    if schedule(g, trial, st.pre_read_eqns, after, st.post_versions) is not None:
+      kept.add(u)
+      continue
+    v = st.pre_versions[u][0]
+    st.conflicts.append(Conflict(
+        FindingKind.UNSEQUENCED,
+        f"the reads of this {v.aval.str_short()} value cannot be ordered before its "
+        "update together with the other buffers' reads (each needs the other's "
+        "first); this update is left to XLA", update=_src(g.eqns[u]),
+        nbytes=_rules.nbytes(v.aval)))
+  return kept
 
 
 def schedule(g: Graph, pre_versions, pre_read_eqns, after_pre, post_versions

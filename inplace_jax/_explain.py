@@ -145,6 +145,31 @@ def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
   return out
 
 
+def _origins(comp: Computation, name: str) -> set[str]:
+  """`name` and the values it is a view of, up through get-tuple-element of an
+  optimization barrier (or a tuple) and bitcasts: one buffer under several names."""
+  out = {name}
+  ins = comp.by_name.get(name)
+  while ins is not None and ins.operands:
+    if ins.opcode == "get-tuple-element":
+      src = comp.by_name.get(ins.operands[0])
+      while src is not None and src.opcode == "opt-barrier" and src.operands:
+        src = comp.by_name.get(src.operands[0])
+      index = ins.attributes.get("index", "").strip()
+      if src is None or src.opcode != "tuple" or not index.isdigit() or \
+          int(index) >= len(src.operands):
+        break
+      ins = comp.by_name.get(src.operands[int(index)])
+    elif ins.opcode in ("bitcast", "opt-barrier"):
+      ins = comp.by_name.get(ins.operands[0])
+    else:
+      break
+    if ins is None:
+      break
+    out.add(ins.name)
+  return out
+
+
 def _dedupe(accesses) -> tuple[Access, ...]:
   out: list[Access] = []
   for a in accesses:
@@ -199,6 +224,11 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
   if writers:
     readers = [a for u in v_users for a in _reads(module, u, v)]
     writer = writers[0]
+    # The update may also read the old value under another name (the operand of a
+    # barrier that `v` is an output of): those fused reads are why it is copied.
+    same = _origins(comp, v) - {v}
+    readers += [a for o in same if o in writer.operands
+                for a in _reads(module, writer, o)]
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
     # into the donated buffer is the update, not a read.

@@ -177,3 +177,40 @@ def test_attend_then_write_is_copy_free_and_exact():
   if ON_CPU:
     assert r.ref_report.buffer_copies(h * t * d * 4), "jax.jit should copy here"
   assert r.report.buffer_copies(1024) == (), r.report
+
+
+def swap_across_buffers_indexed_by_both(a, b):
+  """Rows swapped between two buffers after an update of `a` whose value is read
+  from `b`, and a window of `b` read at an index computed from the updated `a`:
+  each buffer's reads feed the other's update (fuzz seed 2040 #230)."""
+  a = a.at[jnp.argmin(b[:, 3]) % a.shape[0], 2].max(jnp.max(b[0:6, 3]))
+  window = lax.dynamic_slice(b, (jnp.argmin(a[:, 9]) % 3, 0), (8, 8))
+  ra, rb = a[8, :16], b[1, :16]
+  return a.at[8, :16].set(rb), b.at[1, :16].set(ra), window
+
+
+def update_fed_by_reduction_of_carry(x, y):
+  """A one-step scan whose scatter adds the max of a column gathered from the carry
+  before the loop: XLA inlines the loop and fuses the gather into the scatter
+  (fuzz seed 2040 #34)."""
+  x = x.at[jnp.argmin(x[:, 7]) % x.shape[0], jnp.argmax(x[21]) % x.shape[1]].max(1.5)
+  col = x[:, jnp.array([18])]
+  def body(c, _):
+    x, y = c
+    x = x.at[jnp.argmax(y[19]) % x.shape[0], 5].add(-jnp.max(col), mode="clip")
+    return (x, y), y[0, 0]
+  (x, y), s = lax.scan(body, (x, y), length=1)
+  return x, y, s
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (swap_across_buffers_indexed_by_both, ((64, 24), (32, 32))),
+    (update_fed_by_reduction_of_carry, ((32, 32), (32, 32)))],
+    ids=["swap_across_buffers", "update_fed_by_reduction_of_carry"])
+def test_reads_the_copy_needs_are_found(fn, shapes):
+  rng = np.random.default_rng(3)
+  args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
+  r = compare(fn, *args, donate_argnums=(0, 1))
+  if ON_CPU:
+    assert r.ref_report.buffer_copies(1024), "jax.jit should copy here"
+  assert r.report.buffer_copies(1024) == (), r.report
