@@ -851,9 +851,25 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
         if any(c not in anc for c, _ in g.uses(w)) and not _updated_in_place(st, k, w) \
             and X.cut_safe_var(g.eqns[k], w) and not st.sensitive(w):
           ties.append(w)
-    later = {c for w in ties for c, _ in g.uses(w) if c not in anc and c != u}
+    # A use that a tied read needs runs before the barrier, whatever it reads (a
+    # loop's other result that picks a branch reading this buffer).
+    up = _ancestors(preds, tied)
+    later = {c for w in ties for c, _ in g.uses(w)
+             if c not in anc and c != u and c not in up}
     if later:
       out[u] = later
+  return out
+
+
+def _ancestors(preds, eqns) -> set[int]:
+  """The equations `eqns` depend on (`preds`: each equation's predecessors)."""
+  out: set[int] = set()
+  stack = list(eqns)
+  while stack:
+    for y in preds[stack.pop()]:
+      if y not in out:
+        out.add(y)
+        stack.append(y)
   return out
 
 

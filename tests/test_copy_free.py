@@ -203,14 +203,34 @@ def update_fed_by_reduction_of_carry(x, y):
   return x, y, s
 
 
+def loop_result_picks_branch_reading_buffer(a, b, c):
+  """A loop carries `a` and `c`; its `c` picks a branch that reads `a` and
+  updates `b`; then `a` and `c` are updated (fuzz seed 2040 #305)."""
+  def body(carry):
+    i, a, c = carry
+    c = jnp.minimum(c, -2)
+    a = a.at[:, (i + 2) % a.shape[1]].add(1.0)
+    return i + 1, a, c
+  _, a, c = lax.while_loop(lambda t: t[0] < 2, body, (jnp.int32(0), a, c))
+  window = c[3:7, 0:12]
+  def reads_a(b):
+    return b.at[5, jnp.argmax(a[5]) % 12].set(0), jnp.sum(a[11])
+  b, s = lax.cond(c[3, 3] > 0, lambda b: (b, jnp.float32(0)), reads_a, b)
+  a = a.at[16].set(jnp.resize(window, (a.shape[1],)).astype(a.dtype))
+  rb, rc = b[3, 0:12], c[2, 0:12]
+  return s, b.at[3, 0:12].set(rc), a, c.at[2, 0:12].set(rb)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (swap_across_buffers_indexed_by_both, ((64, 24), (32, 32))),
-    (update_fed_by_reduction_of_carry, ((32, 32), (32, 32)))],
-    ids=["swap_across_buffers", "update_fed_by_reduction_of_carry"])
+    (update_fed_by_reduction_of_carry, ((32, 32), (32, 32))),
+    (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12)))],
+    ids=["swap_across_buffers", "update_fed_by_reduction_of_carry",
+         "loop_result_picks_branch_reading_buffer"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
-  r = compare(fn, *args, donate_argnums=(0, 1))
+  r = compare(fn, *args, donate_argnums=tuple(range(len(shapes))))
   if ON_CPU:
     assert r.ref_report.buffer_copies(1024), "jax.jit should copy here"
   assert r.report.buffer_copies(1024) == (), r.report
