@@ -675,19 +675,22 @@ def _moved_only(st: _State, w, region: set[int]) -> bool:
 
 
 def _sliced_in_call(eqn, pos: int, tie) -> bool:
-  """In a refinement round: whether call `eqn` (a nested jit, say) slices its
-  operand `pos` in its body where an earlier compile showed that slice reading the
-  old buffer (`tie`), and otherwise only updates it in place: XLA inlines the call
-  and forwards the slice to the buffer before the update. (A barrier in front of a
-  call that computes with the whole operand would move that arithmetic's fusion.)"""
+  """Whether call `eqn` (a nested jit, say) slices its operand `pos` in its body,
+  where an earlier compile showed that slice reading the old buffer (`tie`, in a
+  refinement round; None: any slice), and otherwise only updates it in place: XLA
+  inlines the call and forwards the slice to the buffer before the update, or
+  recomputes an elementwise update's result in the slice's fusion. (A barrier in
+  front of a call that computes with the whole operand would move that
+  arithmetic's fusion.)"""
   body = _rules.call_body(eqn)
-  if not tie or body is None or pos >= len(body.invars):
+  if (tie is not None and not tie) or body is None or pos >= len(body.invars):
     return False
   v = body.invars[pos]
   users = [(e, [i for i, w in enumerate(e.invars) if w is v]) for e in body.eqns]
   users = [(e, ps) for e, ps in users if ps]
   in_place = (C.dynamic_update_slice_p, *C.SCATTER_PRIMITIVES)
-  return any(X.is_slicing(e) and source_key(e) in tie for e, _ in users) and all(
+  return any(X.is_slicing(e) and (tie is None or source_key(e) in tie)
+             for e, _ in users) and all(
       X.is_slicing(e) or (e.primitive in in_place and ps == [0]) for e, ps in users)
 
 
@@ -799,6 +802,8 @@ def post_update_barriers(st: _State) -> None:
                       # A call that slices it (then updates it, maybe): inlined, a
                       # slice XLA forwards to the old buffer as outside.
                       or _sliced_in_call(g.eqns[c], pos, st.hints.tie)
+                      # An elementwise result XLA would recompute there.
+                      or (not use.strong and _sliced_in_call(g.eqns[c], pos, None))
                       for c, pos in g.uses(out))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)

@@ -52,6 +52,8 @@ def cut_safe(eqn, out_index: int) -> bool:
     return True
   inner = R.call_body(eqn)
   if inner is None:
+    inner = _loop_body(eqn)
+  if inner is None:
     return False
   w = inner.outvars[out_index]
   if C.is_literal(w) or w in inner.invars or w in inner.constvars:
@@ -60,6 +62,18 @@ def cut_safe(eqn, out_index: int) -> bool:
     if any(o is w for o in e.outvars):
       return cut_safe(e, [o is w for o in e.outvars].index(True))
   return False
+
+
+def _loop_body(eqn) -> Any | None:
+  """The body of a loop, read like a call's for `cut_safe`: a loop's result is its
+  body's last value, and XLA inlines a loop of one trip, so a barrier after the
+  loop is one after the body's operation (after a loop XLA keeps, the result is
+  in memory either way)."""
+  if eqn.primitive is C.while_p:
+    return R.as_jaxpr(eqn.params["body_jaxpr"])
+  if eqn.primitive is C.scan_p:
+    return R.as_jaxpr(eqn.params["jaxpr"])
+  return None
 
 
 def cut_safe_var(eqn, var) -> bool:

@@ -221,12 +221,38 @@ def loop_result_picks_branch_reading_buffer(a, b, c):
   return s, b.at[3, 0:12].set(rc), a, c.at[2, 0:12].set(rb)
 
 
+def one_step_loop_then_read(x, y):
+  """An elementwise update in a loop of one trip (XLA inlines it), then a read of
+  the result: XLA recomputed the update in the read's fusion, from the old buffer
+  (fuzz seed 2040 #13, minimised)."""
+  def body(i, c):
+    x, s = c
+    return -x - 0.25, s
+  x, s = lax.fori_loop(0, 1, body, (x, y[0, 0]))
+  return jnp.argmax(x[6]), x
+
+
+def update_then_call_slicing_it(x, y):
+  """In a loop: an elementwise update, then a nested jit that finds a row from a
+  column of the result and sets it (fuzz seed 2040 #13)."""
+  @jax.jit
+  def set_row(x):
+    return x.at[jnp.argmin(x[:, 19]) % x.shape[0]].set(0.0)
+  def body(i, x):
+    return set_row(-x - 0.125)
+  x = lax.fori_loop(0, 3, body, x)
+  return x, y
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (swap_across_buffers_indexed_by_both, ((64, 24), (32, 32))),
     (update_fed_by_reduction_of_carry, ((32, 32), (32, 32))),
-    (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12)))],
+    (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12))),
+    (one_step_loop_then_read, ((24, 24), (4, 4))),
+    (update_then_call_slicing_it, ((24, 24), (4, 4)))],
     ids=["swap_across_buffers", "update_fed_by_reduction_of_carry",
-         "loop_result_picks_branch_reading_buffer"])
+         "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
+         "update_then_call_slicing_it"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -68,7 +68,10 @@ def _scan_rule(eqn, is_version, ctx):
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   entry = _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask)
+  # Unrolled, its results are the body's last operations, as a call's are: a read
+  # of one can be forwarded to, or recomputed from, the buffer before it.
   return EqnInfo(uses=uses, subplans=((("jaxpr", None), plan),),
+                 forwards_reads=eqn.params["length"] == 1,
                  action=EntryBarrier(entry) if entry else None,
                  conflicts=_carry_conflicts(eqn, plan, nc, nk, mask))
 
