@@ -392,7 +392,7 @@ def tie_reads(st: _State) -> None:
       reads = [r for r in reads
                if not any(w in ueqn.invars for w in g.eqns[r].outvars)]
     p = g.producer.get(v)
-    if p is not None and not X.cut_safe_var(g.eqns[p], v):
+    if p is not None and not _cut_safe_at(st, g.eqns[p], v):
       # A barrier right after arithmetic could change rounding: this version's
       # reads stay as they were (values exact, XLA may copy).
       continue
@@ -495,8 +495,15 @@ def _cut_safe(st: _State, eqn, var) -> bool:
   """Whether a barrier may follow `var`; in a refinement round, also after a product
   nothing adds (`_exactness.cut_safe_here`), which the fingerprint then checks."""
   if st.hints.through_updates:
-    return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers)
-  return X.cut_safe_var(eqn, var)
+    return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers) and \
+        not X.reassociated(eqn, var, st.g.eqns, st.g.consumers)
+  return _cut_safe_at(st, eqn, var)
+
+
+def _cut_safe_at(st: _State, eqn, var) -> bool:
+  """`_exactness.cut_safe_var`, and no add XLA would move across the barrier."""
+  return X.cut_safe_var(eqn, var) and \
+      not X.reassociated(eqn, var, st.g.eqns, st.g.consumers)
 
 
 def _untied(st: _State, r: int, u: int, v, why: str) -> None:
@@ -527,7 +534,7 @@ def _co_outputs(st: _State, v, p: int | None) -> list[Any]:
   src = [use.operand for use in st.infos[p].uses if g.eqns[p].outvars[use.output] is v]
   free = _rules.outputs_free_of(g.eqns[p], src)
   co = [w for k, w in enumerate(g.eqns[p].outvars) if k not in free and w in co]
-  return [w for w in co if X.cut_safe_var(g.eqns[p], w) and not st.sensitive(w)]
+  return [w for w in co if _cut_safe_at(st, g.eqns[p], w) and not st.sensitive(w)]
 
 
 def _add_pre_barrier(st: _State, u: int, v, read_vars, tied, region, split) -> None:
@@ -791,7 +798,7 @@ def post_update_barriers(st: _State) -> None:
         continue
       if not (info.forwards_reads or not use.strong):
         continue
-      if not X.cut_safe_var(g.eqns[k], out) or _avoided(st, g.eqns[k]):
+      if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]):
         continue
       nxt = st.successor.get(out)
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
@@ -854,7 +861,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
         if C.is_drop_var(w) or w in ties:
           continue
         if any(c not in anc for c, _ in g.uses(w)) and not _updated_in_place(st, k, w) \
-            and X.cut_safe_var(g.eqns[k], w) and not st.sensitive(w):
+            and _cut_safe_at(st, g.eqns[k], w) and not st.sensitive(w):
           ties.append(w)
     # A use that a tied read needs runs before the barrier, whatever it reads (a
     # loop's other result that picks a branch reading this buffer).

@@ -766,7 +766,29 @@ def branch_sum_in_lowered_switch(b0):
   return (b0, v1,)
 
 
+def scatter_add_then_add(b1, b2):
+  """Long run seed 2041 #319, commit 3d63dd0 (also wrong at 8adcda8). Oracle:
+  inexact (8 of 528 elements; 18 of 384 in this shortened form). XLA rewrites
+  `scatter_add(b, i, u) + c` into `scatter_add(b + c, i, u)`, which rounds
+  differently; a refinement round's post-update barrier after the scatter-add
+  kept the written order. Fixed: no barrier after an additive scatter whose
+  result an add consumes (`_exactness.reassociated`)."""
+  v2 = b2[13]
+  b2 = b2.at[13].set(b2[2])
+  b2 = b2.at[2].set(v2)
+  b2 = b2.at[jnp.array([10, 6, 11, 15, 11], dtype=jnp.int32)].add(jnp.resize(v2, (5, 24)))
+  b2 = b2 + jnp.full((16, 24), 3.0, jnp.float32) * -0.5
+  b2 = b2.at[6, -16].add(3.0)
+  v5 = b2[4, 0:16]
+  v6 = b1[27, 0:16]
+  b2 = b2.at[4, 0:16].set(v6.astype(jnp.float32))
+  b1 = b1.at[27, 0:16].set(v5.astype(jnp.int32))
+  return b1, b2
+
+
 REGRESSIONS = [
+    _case(scatter_add_then_add, Buf("b1", (32, 16), "int32"), f32("b2", 16, 24),
+          data_seed=10676094),
     _case(branch_sum_in_lowered_switch, f32("b0", 33, 32), data_seed=729796549,
           known_failure="a branch's sum, 1 ulp, in a conditional lowered to loops"),
     _case(sequencing_one_buffer_leaves_the_other, Buf("b0", (32, 32), "int32"),
