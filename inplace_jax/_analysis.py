@@ -946,7 +946,7 @@ def make_plan(st: _State, after_tie: dict[int, set[int]]) -> Plan:
         FindingKind.UNSEQUENCED, "inplace_jax could not order the reads of this "
         "jaxpr soundly; it is left unchanged"))
     order = tuple(Step("eqn", k) for k in range(g.n))
-    barriers, splits, moved = [], set(), set()
+    barriers, splits, moved = [], frozenset(), set()
   flows, strong_flows = _flows(st)
   return Plan(jaxpr=g.jaxpr, buffers=st.buffers, in_loop=st.in_loop, order=order,
               barriers=tuple(barriers), infos=tuple(st.infos),

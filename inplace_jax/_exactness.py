@@ -85,7 +85,9 @@ def _ends_in_additive_scatter(eqn, out_index: int) -> bool:
   directly or as a call's or one-trip loop's last operation."""
   if eqn.primitive in (C.scatter_add_p, C.scatter_sub_p):
     return True
-  inner = R.call_body(eqn) or _loop_body(eqn)
+  inner = R.call_body(eqn)
+  if inner is None and eqn.primitive is C.scan_p and eqn.params["length"] == 1:
+    inner = _loop_body(eqn)       # unrolled by XLA; a loop it keeps is a boundary
   if inner is None or out_index >= len(inner.outvars):
     return False
   w = inner.outvars[out_index]
@@ -101,7 +103,23 @@ def reassociated(eqn, var, eqns, consumers) -> bool:
   rounds differently (measured: 35 of 384 elements); a barrier after the scatter
   keeps the written order, so it is not placed where an add consumes the result."""
   k = [o is var for o in eqn.outvars].index(True)
-  return _ends_in_additive_scatter(eqn, k) and _added(var, eqns, consumers, 0)
+  return _ends_in_additive_scatter(eqn, k) and _added_directly(var, eqns, consumers, 0)
+
+
+def _added_directly(var, eqns, consumers, depth: int) -> bool:
+  """Whether an add consumes `var` itself, here or in the body of a call it is
+  passed to (XLA inlines calls; loops and conditionals it keeps are boundaries)."""
+  if depth > MAX_DEPTH:
+    return True
+  for k, pos in consumers.get(var, ()):
+    e = eqns[k]
+    if _traits.has(e.primitive, Trait.ADDITIVE):
+      return True
+    inner = R.call_body(e)
+    if inner is not None and pos < len(inner.invars) and _added_directly(
+        inner.invars[pos], inner.eqns, _consumers_of(inner), depth + 1):
+      return True
+  return False
 
 
 def cut_safe_here(eqn, var, eqns, consumers) -> bool:
