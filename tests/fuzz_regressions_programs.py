@@ -786,7 +786,42 @@ def scatter_add_then_add(b1, b2):
   return b1, b2
 
 
+def sum_over_swapped_row_after_cond(b0, b1, b2):
+  """Long run seed 2042 #1218, commit f15b148 (also wrong at 8adcda8). Oracle:
+  inexact (`jnp.sum(b0)` at the end, 1 ulp). The sum's fusion reduces a
+  dynamic-update-slice of the buffer in both programs, with equal fingerprints;
+  the sequenced one runs it on other buffers (in place). Open: a strict expected
+  failure, the class of #811 and #3481."""
+  def br1_0(b0, b1, b2):
+    return (b0, b1, b2, jnp.float32(0))
+  def br1_1(b0, b1, b2):
+    a1 = jnp.float32(0)
+    b0 = b0.at[:, 3].add(1.5)
+    v2 = lax.dynamic_slice(b0, (jnp.argmin(b1[:, 18]) % 14, jnp.int32(2)), (3, 16))
+    return (b0, b1, b2, a1)
+  (b0, b1, b2, v1) = lax.cond(b2[3, 19] > 0, br1_0, br1_1, b0, b1, b2)
+  v3 = v1 * v1
+  v4 = b1[4, 0:24]
+  v5 = b0[9, 0:24]
+  b1 = b1.at[4, 0:24].set(v5.astype(jnp.float32))
+  b0 = b0.at[9, 0:24].set(v4.astype(jnp.float32))
+  v6 = jax.vmap(lambda r: r @ (jnp.arange(192, dtype=jnp.float32).reshape(24, 8) % 7
+                               - 3) * 0.125)(b1)
+  b0 = b0.at[0:16, 8:16].set(v6[0:16, 0:8])
+  b1 = b1.at[:, (jnp.arange(4, dtype=jnp.int32) * 3 + jnp.argmin(b0[:, 21]) % 24)
+             % 24].min(v1)
+  v7 = b2[5, 0:24]
+  v8 = b0[1, 0:24]
+  b2 = b2.at[5, 0:24].set(v8.astype(jnp.float32))
+  b0 = b0.at[1, 0:24].set(v7.astype(jnp.float32))
+  v9 = jnp.sum(b0)
+  return (b0, b2, b1, v1, v9,)
+
+
 REGRESSIONS = [
+    _case(sum_over_swapped_row_after_cond, f32("b0", 16, 24), f32("b1", 16, 24),
+          f32("b2", 32, 32), data_seed=1770014917,
+          known_failure="a sum over an update, equal fingerprints, 1 ulp"),
     _case(scatter_add_then_add, Buf("b1", (32, 16), "int32"), f32("b2", 16, 24),
           data_seed=10676094),
     _case(branch_sum_in_lowered_switch, f32("b0", 33, 32), data_seed=729796549,
