@@ -496,14 +496,20 @@ def _cut_safe(st: _State, eqn, var) -> bool:
   nothing adds (`_exactness.cut_safe_here`), which the fingerprint then checks."""
   if st.hints.through_updates:
     return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers) and \
-        not X.reassociated(eqn, var, st.g.eqns, st.g.consumers)
+        _no_fold_across(st, eqn, var)
   return _cut_safe_at(st, eqn, var)
 
 
 def _cut_safe_at(st: _State, eqn, var) -> bool:
-  """`_exactness.cut_safe_var`, and no add XLA would move across the barrier."""
-  return X.cut_safe_var(eqn, var) and \
-      not X.reassociated(eqn, var, st.g.eqns, st.g.consumers)
+  """`_exactness.cut_safe_var`, no add XLA would move across the barrier, and no
+  transpose XLA would fold into a dot."""
+  return X.cut_safe_var(eqn, var) and _no_fold_across(st, eqn, var)
+
+
+def _no_fold_across(st: _State, eqn, var) -> bool:
+  g = st.g
+  return not X.reassociated(eqn, var, g.eqns, g.consumers) and not X.folded_into_dot(
+      eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])
 
 
 def _untied(st: _State, r: int, u: int, v, why: str) -> None:
@@ -577,7 +583,9 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
     if w in seen or not g.is_live(w):
       continue
     seen.add(w)
-    if not st.sensitive(w) and not _after_avoided(st, w):
+    p = g.producer.get(w)
+    if not st.sensitive(w) and not _after_avoided(st, w) and (
+        p is None or _no_fold_across(st, g.eqns[p], w)):
       ties.append(w)        # everything downstream rounds the same fused or not
       continue
     if w in g.outvars:
@@ -589,6 +597,8 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
       if step is None:
         return None
       if step == "tie":
+        if p is not None and not _no_fold_across(st, g.eqns[p], w):
+          return None     # a transpose a dot folds in, or an add XLA moves
         if w not in ties:
           ties.append(w)
       else:

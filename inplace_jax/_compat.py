@@ -94,6 +94,7 @@ select_n_p = _lax.select_n_p
 reshape_p = _lax.reshape_p
 squeeze_p = _lax.squeeze_p
 dot_general_p = _lax.dot_general_p
+transpose_p = _lax.transpose_p
 broadcast_in_dim_p = _lax.broadcast_in_dim_p
 
 while_p = _loops.while_p

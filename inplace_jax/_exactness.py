@@ -106,6 +106,15 @@ def reassociated(eqn, var, eqns, consumers) -> bool:
   return _ends_in_additive_scatter(eqn, k) and _added_directly(var, eqns, consumers, 0)
 
 
+def folded_into_dot(eqn, var, consumers) -> bool:
+  """Whether `var` is a transpose that a dot reads, or a dot's result that is
+  transposed: XLA folds the transpose into the dot's operand or result layout,
+  and a barrier between them makes the dot run in another operand order (an
+  Equinox MLP step's gradient under vmap). `consumers`: the primitives using it."""
+  pairs = ((C.transpose_p, C.dot_general_p), (C.dot_general_p, C.transpose_p))
+  return any(eqn.primitive is a and any(e is b for e in consumers) for a, b in pairs)
+
+
 def _added_directly(var, eqns, consumers, depth: int) -> bool:
   """Whether an add consumes `var` itself, here or in the body of a call it is
   passed to (XLA inlines calls; loops and conditionals it keeps are boundaries)."""

@@ -281,3 +281,4 @@ def test_barriers_that_close_a_cycle_are_dropped_one_by_one():
   got = jax.core.eval_jaxpr(new.jaxpr, new.consts, *args)
   for a, b in zip(want, got, strict=True):
     np.testing.assert_array_equal(a, b)
+
