@@ -507,6 +507,7 @@ def _cut_safe_at(st: _State, eqn, var) -> bool:
 
 
 def _no_fold_across(st: _State, eqn, var) -> bool:
+  """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
   g = st.g
   return not X.reassociated(eqn, var, g.eqns, g.consumers) and not X.folded_into_dot(
       eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])

@@ -502,7 +502,8 @@ def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
             f"{pb:,}")
   tried = [c for c in candidates if c is not plain]
   if not tried:
-    return "there is nothing to sequence"
+    return ("nothing was sequenced: no tie that keeps jax.jit's arithmetic applies "
+            "(see the copies' causes); jax.jit's program runs")
   exact = [c for c in tried if not c.changed]
   if not exact:
     return ("every sequenced program computes some operation differently from "
