@@ -58,10 +58,24 @@ def cut_safe(eqn, out_index: int) -> bool:
   w = inner.outvars[out_index]
   if C.is_literal(w) or w in inner.invars or w in inner.constvars:
     return True
+  last = _last_op(inner, out_index)
+  return last is not None and cut_safe(*last)
+
+
+def _last_op(inner, out_index: int) -> tuple[Any, int] | None:
+  """The equation of body `inner` that computes its output `out_index`, with the
+  position of that output among the equation's (None: not computed there)."""
+  if out_index >= len(inner.outvars):
+    return None
+  w = inner.outvars[out_index]
   for e in reversed(inner.eqns):
     if any(o is w for o in e.outvars):
-      return cut_safe(e, [o is w for o in e.outvars].index(True))
-  return False
+      return e, _out_index(e, w)
+  return None
+
+
+def _out_index(eqn, var) -> int:
+  return [o is var for o in eqn.outvars].index(True)
 
 
 def _loop_body(eqn) -> Any | None:
@@ -77,7 +91,7 @@ def _loop_body(eqn) -> Any | None:
 
 
 def cut_safe_var(eqn, var) -> bool:
-  return cut_safe(eqn, [o is var for o in eqn.outvars].index(True))
+  return cut_safe(eqn, _out_index(eqn, var))
 
 
 def _ends_in_additive_scatter(eqn, out_index: int) -> bool:
@@ -88,13 +102,8 @@ def _ends_in_additive_scatter(eqn, out_index: int) -> bool:
   inner = R.call_body(eqn)
   if inner is None and eqn.primitive is C.scan_p and eqn.params["length"] == 1:
     inner = _loop_body(eqn)       # unrolled by XLA; a loop it keeps is a boundary
-  if inner is None or out_index >= len(inner.outvars):
-    return False
-  w = inner.outvars[out_index]
-  for e in reversed(inner.eqns):
-    if any(o is w for o in e.outvars):
-      return _ends_in_additive_scatter(e, [o is w for o in e.outvars].index(True))
-  return False
+  last = None if inner is None else _last_op(inner, out_index)
+  return last is not None and _ends_in_additive_scatter(*last)
 
 
 def reassociated(eqn, var, eqns, consumers) -> bool:
@@ -102,8 +111,7 @@ def reassociated(eqn, var, eqns, consumers) -> bool:
   rewrites `scatter_add(a, i, u) + b` into `scatter_add(a + b, i, u)`, which
   rounds differently (measured: 35 of 384 elements); a barrier after the scatter
   keeps the written order, so it is not placed where an add consumes the result."""
-  k = [o is var for o in eqn.outvars].index(True)
-  return _ends_in_additive_scatter(eqn, k) and _added_directly(var, eqns, consumers, 0)
+  return _ends_in_additive_scatter(eqn, _out_index(eqn, var)) and _added_directly(var, eqns, consumers, 0)
 
 
 def folded_into_dot(eqn, var, consumers) -> bool:

@@ -63,13 +63,12 @@ def _writes_in_place(module: HloModule, comp: Computation, user: Instruction,
     return False
   positions = {k for k, o in enumerate(user.operands) if o == operand}
   roots = [i for i in fused.instructions if i.is_root] or fused.instructions[-1:]
-  stack = list(roots)
-  seen: set[str] = set()
-  while stack:
-    i = stack.pop()
-    if i.name in seen:
-      continue
-    seen.add(i.name)
+  def through(i):
+    if i.opcode not in ("tuple", "bitcast"):
+      return []
+    return [fused.by_name[o] for o in i.operands if o in fused.by_name]
+
+  for i in _walk(roots, through):
     if i.opcode in _IN_PLACE and i.operands:
       target = fused.by_name.get(i.operands[0])
       while target is not None and target.opcode in ("bitcast", "copy"):
@@ -78,25 +77,34 @@ def _writes_in_place(module: HloModule, comp: Computation, user: Instruction,
           target.operand_text.strip().isdigit() and \
           int(target.operand_text) in positions:
         return True
-    elif i.opcode in ("tuple", "bitcast"):
-      stack.extend(fused.by_name[o] for o in i.operands if o in fused.by_name)
   return False
+
+
+def _walk(start, expand):
+  """Each instruction reachable from `start` once, depth first; `expand(i)`: the
+  instructions to visit after `i`."""
+  stack, seen = list(start), set()
+  while stack:
+    i = stack.pop()
+    if i.name in seen:
+      continue
+    seen.add(i.name)
+    yield i
+    stack.extend(expand(i))
 
 
 def _fused_readers(fused: Computation, k: int, through: frozenset[str]):
   """The operations of fusion computation `fused` that read its parameter `k`,
   looking through `through` (views the user did not write: no op name)."""
   p = _param(fused, k)
-  stack = list(fused.users.get(p.name, [])) if p is not None else []
-  seen: set[str] = set()
-  while stack:
-    i = stack.pop()
-    if i.name in seen:
-      continue
-    seen.add(i.name)
-    if i.opcode in through and not _op(i):
-      stack.extend(fused.users.get(i.name, []))
-    else:
+  if p is None:
+    return
+  def view(i) -> bool:
+    return i.opcode in through and not _op(i)
+
+  for i in _walk(fused.users.get(p.name, []),
+                 lambda i: fused.users.get(i.name, []) if view(i) else []):
+    if not view(i):
       yield i
 
 
