@@ -944,14 +944,12 @@ def make_plan(st: _State, after_tie: dict[int, set[int]]) -> Plan:
   after = {k: set(v) for k, v in st.after_pre.items()}
   for k, v in after_tie.items():
     after.setdefault(k, set()).update(v)
-  kept = _schedulable(st, after)
-  pre = {u: vs for u, vs in st.pre_versions.items() if u in kept}
+  pre, order = _schedulable(st, after)
   barriers = [BarrierSpec("pre", u, tuple(vs), tuple(st.pre_reads.get(u, ())),
                           tuple(st.pre_sources.get(u, ())))
               for u, vs in pre.items()]
   barriers += [BarrierSpec("post", u, tuple(vs)) for u, vs in st.post_versions.items()]
-  order = schedule(g, pre, st.pre_read_eqns, after, st.post_versions)
-  splits, moved = frozenset(u for u in st.splits if u in kept), st.moved
+  splits, moved = frozenset(u for u in st.splits if u in pre), st.moved
   if order is None:
     st.conflicts.append(Conflict(
         FindingKind.UNSEQUENCED, "inplace_jax could not order the reads of this "
@@ -961,22 +959,30 @@ def make_plan(st: _State, after_tie: dict[int, set[int]]) -> Plan:
   flows, strong_flows = _flows(st)
   return Plan(jaxpr=g.jaxpr, buffers=st.buffers, in_loop=st.in_loop, order=order,
               barriers=tuple(barriers), infos=tuple(st.infos),
-              splits=frozenset(splits), flows=flows, strong_flows=strong_flows,
+              splits=splits, flows=flows, strong_flows=strong_flows,
               moved=tuple(sorted(moved)), conflicts=tuple(st.conflicts))
 
 
-def _schedulable(st: _State, after: dict[int, set[int]]) -> set[int]:
-  """The updates whose pre barriers can be honoured together: all of them, or
-  else, in program order, each that keeps the schedule acyclic (the others are
-  recorded as conflicts; their buffers are left to XLA)."""
+def _schedulable(st: _State, after: dict[int, set[int]]):
+  """The pre barriers that can be honoured together, with their schedule (None:
+  none at all): all of them, or else, in program order, each that keeps the
+  schedule acyclic (the others are recorded as conflicts; their buffers are left
+  to XLA)."""
   g = st.g
-  if schedule(g, st.pre_versions, st.pre_read_eqns, after, st.post_versions):
-    return set(st.pre_versions)
-  kept: set[int] = set()
+
+  def order_with(pre):
+    return schedule(g, pre, st.pre_read_eqns, after, st.post_versions)
+
+  order = order_with(st.pre_versions)
+  if order is not None:
+    return st.pre_versions, order
+  kept: dict[int, list[Any]] = {}
+  order = order_with(kept)
   for u in sorted(st.pre_versions):
-    trial = {k: vs for k, vs in st.pre_versions.items() if k in kept or k == u}
-    if schedule(g, trial, st.pre_read_eqns, after, st.post_versions) is not None:
-      kept.add(u)
+    trial = {**kept, u: st.pre_versions[u]}
+    found = order_with(trial)
+    if found is not None:
+      kept, order = trial, found
       continue
     v = st.pre_versions[u][0]
     st.conflicts.append(Conflict(
@@ -985,7 +991,7 @@ def _schedulable(st: _State, after: dict[int, set[int]]) -> set[int]:
         "update together with the other buffers' reads (each needs the other's "
         "first); this update is left to XLA", update=_src(g.eqns[u]),
         nbytes=_rules.nbytes(v.aval)))
-  return kept
+  return {u: vs for u, vs in st.pre_versions.items() if u in kept}, order
 
 
 def schedule(g: Graph, pre_versions, pre_read_eqns, after_pre, post_versions
