@@ -876,9 +876,9 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
           ties.append(w)
     # A use that a tied read needs runs before the barrier, whatever it reads (a
     # loop's other result that picks a branch reading this buffer).
-    up = _ancestors(preds, tied)
-    later = {c for w in ties for c, _ in g.uses(w)
-             if c not in anc and c != u and c not in up}
+    later = {c for w in ties for c, _ in g.uses(w) if c not in anc and c != u}
+    if any(c < max(tied) for c in later):     # equations are in program order
+      later -= _ancestors(preds, tied)
     if later:
       out[u] = later
   return out
