@@ -429,8 +429,7 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   g = st.g
   ueqn = g.eqns[u]
   p = g.producer.get(v)
-  made_weakly = p is not None and any(
-      not w.strong and g.eqns[p].outvars[w.output] is v for w in st.infos[p].uses)
+  made_weakly = p is not None and _made_by(st, p, v, strong=False)
   return (st.infos[u].splittable and not st.in_loop and not st.manual
           and use.operand == 0 and not _rules.normalised_float(v.aval)
           and not made_weakly
@@ -871,7 +870,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
       for w in g.eqns[k].outvars:
         if C.is_drop_var(w) or w in ties:
           continue
-        if any(c not in anc for c, _ in g.uses(w)) and not _updated_in_place(st, k, w) \
+        if any(c not in anc for c, _ in g.uses(w)) and not _made_by(st, k, w, strong=True) \
             and _cut_safe_at(st, g.eqns[k], w) and not st.sensitive(w):
           ties.append(w)
     # A use that a tied read needs runs before the barrier, whatever it reads (a
@@ -896,10 +895,11 @@ def _ancestors(preds, eqns) -> set[int]:
   return out
 
 
-def _updated_in_place(st: _State, k: int, w) -> bool:
-  """Whether `w` is a buffer version that equation `k` updates in place."""
-  return w in st.versions and any(
-      use.strong and st.g.eqns[k].outvars[use.output] is w for use in st.infos[k].uses)
+def _made_by(st: _State, k: int, w, strong: bool) -> bool:
+  """Whether `w` is a buffer version that equation `k` makes in place (`strong`)
+  or elementwise (its kept uses make only versions)."""
+  return any(use.strong == strong and st.g.eqns[k].outvars[use.output] is w
+             for use in st.infos[k].uses)
 
 
 def _between_tied(g: Graph, preds, tied: set[int]) -> set[int]:
