@@ -111,7 +111,8 @@ def reassociated(eqn, var, eqns, consumers) -> bool:
   rewrites `scatter_add(a, i, u) + b` into `scatter_add(a + b, i, u)`, which
   rounds differently (measured: 35 of 384 elements); a barrier after the scatter
   keeps the written order, so it is not placed where an add consumes the result."""
-  return _ends_in_additive_scatter(eqn, _out_index(eqn, var)) and _added_directly(var, eqns, consumers, 0)
+  return _ends_in_additive_scatter(eqn, _out_index(eqn, var)) and \
+      _added(var, eqns, consumers, 0, direct=True)
 
 
 def folded_into_dot(eqn, var, consumers) -> bool:
@@ -121,22 +122,6 @@ def folded_into_dot(eqn, var, consumers) -> bool:
   Equinox MLP step's gradient under vmap). `consumers`: the primitives using it."""
   pairs = ((C.transpose_p, C.dot_general_p), (C.dot_general_p, C.transpose_p))
   return any(eqn.primitive is a and any(e is b for e in consumers) for a, b in pairs)
-
-
-def _added_directly(var, eqns, consumers, depth: int) -> bool:
-  """Whether an add consumes `var` itself, here or in the body of a call it is
-  passed to (XLA inlines calls; loops and conditionals it keeps are boundaries)."""
-  if depth > MAX_DEPTH:
-    return True
-  for k, pos in consumers.get(var, ()):
-    e = eqns[k]
-    if _traits.has(e.primitive, Trait.ADDITIVE):
-      return True
-    inner = R.call_body(e)
-    if inner is not None and pos < len(inner.invars) and _added_directly(
-        inner.invars[pos], inner.eqns, _consumers_of(inner), depth + 1):
-      return True
-  return False
 
 
 def cut_safe_here(eqn, var, eqns, consumers) -> bool:
@@ -170,8 +155,10 @@ def _consumers_of(jaxpr) -> dict:
   return out
 
 
-def _added(var, eqns, consumers, depth: int) -> bool:
-  """Whether an add consumes `var`, through data movement and call bodies."""
+def _added(var, eqns, consumers, depth: int, direct: bool = False) -> bool:
+  """Whether an add consumes `var`, through call bodies and, unless `direct`,
+  data movement (and assumed inside loops and conditionals; `direct`: those are
+  boundaries XLA keeps, and only an add of `var` itself counts)."""
   if depth > MAX_DEPTH:
     return True
   stack, seen = [var], set()
@@ -187,8 +174,10 @@ def _added(var, eqns, consumers, depth: int) -> bool:
       inner = R.call_body(e)
       if inner is not None:
         if pos < len(inner.invars) and _added(inner.invars[pos], inner.eqns,
-                                              _consumers_of(inner), depth + 1):
+                                              _consumers_of(inner), depth + 1, direct):
           return True
+      elif direct:
+        continue
       elif C.jaxprs_in_params(e.params):
         return True
       elif _traits.has(e.primitive, Trait.DATA_MOVEMENT):
