@@ -246,13 +246,16 @@ def jit_cache_size(jitted: Any) -> int:
 # CPU erases optimization barriers (pass `cse_barrier_expander`) before copy insertion,
 # so the order they express is lost and copies come back (docs/xla_notes.md). Keeping the
 # pass disabled lets barriers reach copy insertion. On GPU the expander runs after
-# scheduling, so nothing is needed.
+# scheduling, so nothing is needed. `small-while-loop-hoisting` (after copy insertion)
+# would emit the small loops a lowered conditional becomes as one kernel, where
+# jax.jit's branch fusions are kernels of their own: rounding could differ.
 BARRIER_EXPANDER_PASS = "cse_barrier_expander"
+SMALL_LOOP_PASS = "small-while-loop-hoisting"
 
 
 def backend_compiler_options(platform: str) -> dict[str, Any]:
   if platform == "cpu":
-    return {"xla_disable_hlo_passes": BARRIER_EXPANDER_PASS}
+    return {"xla_disable_hlo_passes": f"{BARRIER_EXPANDER_PASS},{SMALL_LOOP_PASS}"}
   return {}
 
 

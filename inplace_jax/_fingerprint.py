@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from ._hlo import Computation, HloModule, Instruction
+from ._hlo import ArrayShape, Computation, HloModule, Instruction, Shape
 from ._report import SourceLocation
 
 # Operations whose result depends on how they are compiled.
@@ -95,23 +95,49 @@ def _cone(comp: Computation, ins: Instruction) -> tuple[str, ...]:
   return tuple(sorted(out))
 
 
-def _reduced(comp: Computation, ins: Instruction, memo: dict[str, str]
+def _reduced(comp: Computation, ins: Instruction, memo: dict
              ) -> tuple[str, ...]:
   """For a reduction in a fusion: the whole expression of what it reduces, data
-  movement included. A sum over a dynamic-update-slice fused into it and over the
-  materialised result rounded differently (1 ulp, fuzz seed 2030 #202): XLA:CPU
-  emits another loop for each. Slices and reshapes of an input read as the input
-  (`_INDEX_MOVES`)."""
+  movement included, with shapes. XLA:CPU emits reductions with reassociation
+  allowed, so LLVM's vector code decides the order of the sum from the loads it
+  sees: a sum over a dynamic-update-slice fused into it and over the materialised
+  result rounded differently (1 ulp, fuzz seed 2030 #202), and so did a sum over an
+  update whose row was sliced out of a larger input and over the row materialised
+  (seed 2042 #1218, AVX2: the one load's address differed, and LLVM vectorized
+  only one of the two loops). A contiguous block of an input read through
+  elementwise arithmetic reads as the input (`_INDEX_MOVES`); under a pick (a
+  dynamic-update-slice, a select, ...) data movement is listed as it is."""
   if ins.opcode not in ("reduce", "reduce-window"):
     return ()
   return tuple(_tree(comp, o, memo, True, _INDEX_MOVES) for o in ins.operands)
 
 
-# Data movement that only re-indexes an input, element for element: a reduction
-# over a slice of an input and over the same values materialised reads them in one
-# order (the row sums of tests/test_transform_matrix.py, values equal).
-_INDEX_MOVES = frozenset({"bitcast", "reshape", "slice", "dynamic-slice", "broadcast",
-                          "copy"})
+# Data movement that only re-indexes an input, element for element, in memory
+# order: a reduction over a contiguous block of an input (a row of a matrix) and
+# over the same values materialised read them in one order (the row sums of
+# tests/test_transform_matrix.py, values equal on AVX2 and AVX-512).
+_INDEX_MOVES = frozenset({"bitcast", "reshape", "slice", "dynamic-slice"})
+# Operations that pick each element from one of several places: the loads under
+# them decide whether LLVM vectorizes the loop, data movement counts.
+_PICKS = frozenset({"dynamic-update-slice", "select", "concatenate", "pad", "gather",
+                    "scatter", "clamp"})
+
+
+def _block(src: Shape, out: Shape) -> bool:
+  """A slice that reads its input in runs as long as the materialised result's
+  rows: a contiguous block, or whole rows (the minor dimension kept)."""
+  if not isinstance(src, ArrayShape) or not isinstance(out, ArrayShape) or \
+      len(src.dims) != len(out.dims) or not _row_major(src) or not _row_major(out):
+    return False
+  cut = [d for d, (a, b) in enumerate(zip(src.dims, out.dims)) if a != b]
+  if not cut or cut[-1] < len(src.dims) - 1:
+    return True
+  return all(b == 1 for b in out.dims[:cut[-1]])
+
+
+def _row_major(shape: ArrayShape) -> bool:
+  n = len(shape.dims)
+  return shape.layout in ("", "{" + ",".join(str(d) for d in range(n - 1, -1, -1)) + "}")
 
 
 def _callers(module: HloModule) -> dict[str, Instruction]:
@@ -122,6 +148,29 @@ def _callers(module: HloModule) -> dict[str, Instruction]:
         name = ins.attributes.get("calls", "").strip().lstrip("%")
         out[name] = ins
   return out
+
+
+def _small_calls(module: HloModule) -> frozenset[str]:
+  """The computations XLA:CPU emits inside one kernel with the computation that
+  calls them: everything under a `call` marked `xla_cpu_small_call` (loops that
+  touch little memory, xla/service/cpu/small_while_loop_hoisting_pass.cc). That
+  emitter writes a fused reduction as other code than the fusion's own kernel:
+  the same HLO summed 6 elements 1 ulp apart (fuzz seed 2038 #811, AVX2)."""
+  callees: dict[str, list[str]] = {}
+  for name, calls in module.callers.items():
+    for call in calls:
+      callees.setdefault(call.caller.name, []).append(name)
+  stack = [name for name, calls in module.callers.items()
+           if any('xla_cpu_small_call="true"' in
+                  c.instruction.attributes.get("frontend_attributes", "")
+                  for c in calls)]
+  seen: set[str] = set()
+  while stack:
+    name = stack.pop()
+    if name not in seen:
+      seen.add(name)
+      stack.extend(callees.get(name, ()))
+  return frozenset(seen)
 
 
 def _applied(module: HloModule, ins: Instruction) -> str:
@@ -215,14 +264,18 @@ _SUMS = frozenset(("add", "subtract"))
 _TREE_LIMIT = 400
 
 
-def _tree(comp: Computation, name: str, memo: dict[str, str],
-          full: bool = False, moves: frozenset[str] = frozenset({"bitcast"})) -> str:
+_BITCAST = frozenset({"bitcast"})
+
+
+def _tree(comp: Computation, name: str, memo: dict,
+          full: bool = False, moves: frozenset[str] = _BITCAST) -> str:
   """The floating-point expression computed at `name` inside `comp`, canonical:
   operands that are not float arithmetic (parameters, data movement, selects) are
   leaves, constants are their values. With `full`, every operation (data movement
   and selects too) down to the fusion's parameters, with its shape, but `moves` of
   a fusion's input, which are read as the input."""
-  hit = memo.get(name)
+  key = (name, moves)
+  hit = memo.get(key)
   if hit is not None:
     return hit
   ins = comp.by_name.get(name)
@@ -239,7 +292,8 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
       comp.by_name[ins.operands[0]].opcode == "constant":
     out = _tree(comp, ins.operands[0], memo)
   elif full or (ins.opcode in _ARITH and _is_float(ins)):
-    args = [_tree(comp, o, memo, full, moves) for o in ins.operands]
+    inner = _BITCAST if ins.opcode in _PICKS else moves
+    args = [_tree(comp, o, memo, full, inner) for o in ins.operands]
     if not full and ins.opcode in ("add", "multiply"):
       args.sort()
     head = f"{ins.opcode}:{ins.shape_text}" if full else ins.opcode
@@ -248,16 +302,17 @@ def _tree(comp: Computation, name: str, memo: dict[str, str],
       out = f"{ins.opcode}(#{hash(out) & 0xffffffff:x})"
   else:
     out = "p"
-  memo[name] = out
+  memo[key] = out
   return out
 
 
 def _moved_input(comp: Computation, ins: Instruction, moves: frozenset[str]) -> bool:
-  """A fusion parameter, or `moves` of one (docs/xla_notes.md, "Where a barrier
-  changes a value")."""
+  """A fusion parameter, or `moves` of one, each slice keeping a contiguous block
+  of memory (docs/xla_notes.md, "Where a barrier changes a value")."""
   while ins.opcode in moves and ins.operands:
     nxt = comp.by_name.get(ins.operands[0])
-    if nxt is None:
+    if nxt is None or (ins.opcode in ("slice", "dynamic-slice")
+                       and not _block(nxt.shape, ins.shape)):
       return False
     ins = nxt
   return ins.opcode == "parameter"
@@ -271,7 +326,7 @@ def _ambiguous(comp: Computation, ins: Instruction) -> bool:
       all(_product(comp, o) for o in ins.operands)
 
 
-def _expressions(module: HloModule) -> collections.Counter:
+def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counter:
   """Each product (multiply, divide) computed in a fusion, with the whole float
   expression it is computed from and what consumes it there, and the loop the fusion
   runs: XLA:CPU contracts a product into the add that consumes it, and how depends
@@ -280,8 +335,8 @@ def _expressions(module: HloModule) -> collections.Counter:
   out: collections.Counter = collections.Counter()
   callers = _callers(module)
   for comp in module.computations.values():
-    memo: dict[str, str] = {}
-    full: dict[str, str] = {}
+    memo: dict = {}
+    full: dict = {}
     loop = _root_shape(comp) if comp.name in callers else ""
     for ins in comp.instructions:
       if ins.opcode not in _PRODUCTS or not _is_float(ins):
@@ -296,18 +351,20 @@ def _expressions(module: HloModule) -> collections.Counter:
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
                     ("product", ins.shape_text, tree,
-                     tuple(sorted(set(users))), loop))] += 1
+                     tuple(sorted(set(users))), loop, comp.name in small))] += 1
   return out
 
 
 def fingerprint(module: HloModule) -> collections.Counter:
   """Every sensitive operation of `module` with the form that decides its result."""
   callers = _callers(module)
+  small = _small_calls(module)
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     caller = callers.get(comp.name)
-    full: dict[str, str] = {}
-    reduced: dict[str, str] = {}
+    emitter = "small call" if comp.name in small else "kernel"
+    full: dict = {}
+    reduced: dict = {}
     for ins in comp.instructions:
       if ins.opcode not in SENSITIVE_OPCODES and not _fma_able(comp, ins):
         continue
@@ -323,17 +380,18 @@ def fingerprint(module: HloModule) -> collections.Counter:
         # differently (fuzz seed 2027 #3030, #3042, #3267: 1 ulp in up to 72 of
         # 1,024 elements), so the whole fused expression is listed.
         form = (ins.opcode, ins.shape_text, _local(comp, ins), fusion.split("/")[0],
-                _root_shape(comp), _tree(comp, ins.name, full, True))
+                _root_shape(comp), _tree(comp, ins.name, full, True), emitter)
       else:
         form = (ins.opcode, ins.shape_text,
                 tuple(_operand_shape(comp, o) for o in ins.operands),
                 tuple((a, ins.attributes[a]) for a in _ATTRS if a in ins.attributes),
                 _applied(module, ins), _cone(comp, ins) if caller is not None else (),
-                fusion, _reduced(comp, ins, reduced) if caller is not None else ())
+                fusion, _reduced(comp, ins, reduced) if caller is not None else (),
+                emitter)
       loc = module.location(ins)
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
-  out.update(_expressions(module))
+  out.update(_expressions(module, small))
   return out
 
 

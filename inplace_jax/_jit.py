@@ -83,7 +83,7 @@ def compiler_options(backend: str | None = None) -> dict[str, Any]:
   Examples:
     >>> import inplace_jax
     >>> inplace_jax.compiler_options("cpu")
-    {'xla_disable_hlo_passes': 'cse_barrier_expander'}
+    {'xla_disable_hlo_passes': 'cse_barrier_expander,small-while-loop-hoisting'}
   """
   return C.backend_compiler_options(backend or jax.default_backend())
 

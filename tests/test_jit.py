@@ -222,7 +222,7 @@ def test_sequence_jaxpr_checks_and_plan():
 
 def test_compiler_options_helper():
   assert inplace_jax.compiler_options("cpu") == {
-      "xla_disable_hlo_passes": "cse_barrier_expander"}
+      "xla_disable_hlo_passes": "cse_barrier_expander,small-while-loop-hoisting"}
   assert inplace_jax.compiler_options("gpu") == {}
 
 
