@@ -424,7 +424,10 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   elementwise result is not split either: XLA computes it and the update in one
   fusion, and the split would force it into a buffer of its own. Nor for 16-bit
   floats: XLA:CPU computes them through f32 converts, where its simplifier treats
-  `x + 0` differently once split (the sign of -0.0 changed).
+  `x + 0` differently once split (the sign of -0.0 changed). Nor an additive
+  scatter whose result an add consumes: XLA moves that add in front of the
+  scatter under jax.jit (`_exactness.reassociated`), which the split's
+  read-add-write no longer allows (fuzz seed 2044 #1262).
   """
   g = st.g
   ueqn = g.eqns[u]
@@ -433,8 +436,9 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   return (st.infos[u].splittable and not st.in_loop and not st.manual
           and use.operand == 0 and not _rules.normalised_float(v.aval)
           and not made_weakly
-          and (ueqn.primitive not in _updates.ADDITIVE or X.additive_source_safe(
-              ueqn.invars[2], g.eqns, g.producer)))
+          and (ueqn.primitive not in _updates.ADDITIVE or (X.additive_source_safe(
+              ueqn.invars[2], g.eqns, g.producer) and not X.reassociated(
+                  ueqn, ueqn.outvars[0], g.eqns, g.consumers))))
 
 
 def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,

@@ -827,10 +827,11 @@ def sum_over_swapped_row_after_cond(b0, b1, b2):
 def row_add_then_whole_buffer_shift(b0, b1):
   """Long run seed 2044 #1262, commit 64320bc (also wrong at 9555342), shrunk by
   the fuzzer. Oracle: inexact (7 of 512 elements on these inputs, row 3, 1 ulp),
-  with AVX2 and AVX-512. jax.jit computes `(x + 0.5)` into row 3 and
-  `+ (-0.75)` over the whole buffer in two fusions, no multiply left (XLA folds
-  `0.25 * 3.0`); the sequenced program differs in those rows. Not explained yet:
-  a strict expected failure."""
+  with AVX2 and AVX-512. XLA moves the whole-buffer `- 0.75` (`0.25 * 3.0`
+  folded) in front of the row's scatter-add (`(x - 0.75) + 0.5`, the rewrite of
+  #319); the sequenced program had split the scatter-add into read, add, write,
+  which XLA cannot rewrite so (`(x + 0.5) - 0.75`). Fixed: an additive scatter
+  whose result an add consumes is not split."""
   b0 = b0.at[:, 9].set(3.0)
   b0 = b0.at[3].add(0.5)
   v1 = jnp.full((16, 32), 3.0, jnp.float32)
@@ -856,8 +857,7 @@ REGRESSIONS = [
           data_seed=452634729,
           known_failure="a product added into a row: multiply-add class, 1 ulp"),
     _case(row_add_then_whole_buffer_shift, f32("b0", 16, 32), f32("b1", 9, 9),
-          data="special", data_seed=1027613179,
-          known_failure="a row add, then a whole-buffer shift: 1 ulp, not explained"),
+          data="special", data_seed=1027613179),
     _case(sum_over_swapped_row_after_cond, f32("b0", 16, 24), f32("b1", 16, 24),
           f32("b2", 32, 32), data_seed=1770014917),
     _case(scatter_add_then_add, Buf("b1", (32, 16), "int32"), f32("b2", 16, 24),
