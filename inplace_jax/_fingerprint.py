@@ -173,6 +173,11 @@ def _small_calls(module: HloModule) -> frozenset[str]:
   return frozenset(seen)
 
 
+def _emitter(comp: Computation, small: frozenset[str]) -> str:
+  """How XLA:CPU emits `comp`'s operations (`_small_calls`)."""
+  return "small call" if comp.name in small else "kernel"
+
+
 def _applied(module: HloModule, ins: Instruction) -> str:
   """The opcodes of a reduction's combiner (`to_apply`)."""
   name = ins.attributes.get("to_apply", "").strip().lstrip("%")
@@ -307,8 +312,9 @@ def _tree(comp: Computation, name: str, memo: dict,
 
 
 def _moved_input(comp: Computation, ins: Instruction, moves: frozenset[str]) -> bool:
-  """A fusion parameter, or `moves` of one, each slice keeping a contiguous block
-  of memory (docs/xla_notes.md, "Where a barrier changes a value")."""
+  """A fusion parameter, or `moves` of one, each slice reading whole rows or one
+  contiguous block (`_block`; docs/xla_notes.md, "Where a barrier changes a
+  value")."""
   while ins.opcode in moves and ins.operands:
     nxt = comp.by_name.get(ins.operands[0])
     if nxt is None or (ins.opcode in ("slice", "dynamic-slice")
@@ -351,7 +357,7 @@ def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counte
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
                     ("product", ins.shape_text, tree,
-                     tuple(sorted(set(users))), loop, comp.name in small))] += 1
+                     tuple(sorted(set(users))), loop, _emitter(comp, small)))] += 1
   return out
 
 
@@ -362,7 +368,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     caller = callers.get(comp.name)
-    emitter = "small call" if comp.name in small else "kernel"
+    emitter = _emitter(comp, small)
     full: dict = {}
     reduced: dict = {}
     for ins in comp.instructions:
