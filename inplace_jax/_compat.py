@@ -11,6 +11,7 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -418,6 +419,35 @@ def jit_info(jitted: Any) -> Any:
 
 def jit_compiler_options(info: Any) -> tuple[tuple[str, Any], ...]:
   return tuple(info.compiler_options_kvs)
+
+
+# XLA:CPU writes each kernel's LLVM IR, after LLVM's optimisations, to the folder
+# given as the compile option `xla_dump_to`, as `<module>.<kernel>.ir-with-opt.ll`
+# (jaxlib 0.10.2; tests/test_llvm.py re-reads it). Options starting with
+# `xla_dump` are the user's own dump: inplace_jax then reads no IR.
+DUMP_OPTION = "xla_dump_to"
+DUMP_PREFIX = "xla_dump"
+OPTIMISED_IR_SUFFIX = ".ir-with-opt.ll"
+
+
+def optimised_ir(compile_in: Callable[[str], Any]) -> list[str] | None:
+  """The optimised LLVM IR of every kernel of the program `compile_in(folder)`
+  compiles with `xla_dump_to=folder`, or None where XLA wrote none (a persistent
+  compilation cache hit, another backend) or the compile failed."""
+  import tempfile
+  with tempfile.TemporaryDirectory(prefix="inplace_jax_ir_") as folder:
+    try:
+      compile_in(folder)
+    except Exception:   # a dump that fails only costs the finer check
+      return None
+    names = sorted(n for n in os.listdir(folder) if n.endswith(OPTIMISED_IR_SUFFIX))
+    if not names:
+      return None
+    texts = []
+    for n in names:
+      with open(os.path.join(folder, n), encoding="utf-8", errors="replace") as f:
+        texts.append(f.read())
+    return texts
 
 
 def cpp_dispatch(name: str, fun: Callable, cache_miss: Callable, info: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 
 from ._hlo import ArrayShape, Computation, HloModule, Instruction, Shape
 from ._report import SourceLocation
@@ -196,9 +197,23 @@ _ELEMENTWISE_SENSITIVE = frozenset((
 _ROUNDING_COMBINERS = ("add", "multiply", "subtract", "divide")
 
 
+_ELEMENT_TYPE = re.compile(r"\b(pred|[suf]\d+|bf16|c\d+|f8\w*)\[")
+_EXACT_OPCODES = frozenset(
+    "dot convolution reduce reduce-window select-and-scatter".split())
+
+
+def _integral(ins: Instruction) -> bool:
+  """Whether every value `ins` produces is an integer or a predicate."""
+  types = _ELEMENT_TYPE.findall(ins.shape_text)
+  return bool(types) and all(t == "pred" or t[0] in "su" for t in types)
+
+
 def _order_free(module: HloModule, ins: Instruction) -> bool:
-  """A reduction whose combiner does not round (max, min, argmax, logical): its
-  result does not depend on the order XLA accumulates in."""
+  """A reduction whose combiner does not round (max, min, argmax, logical), or a
+  reduction, dot or convolution over integers (wrapping integer adds and multiplies
+  are associative): its result does not depend on the order XLA computes it in."""
+  if ins.opcode in _EXACT_OPCODES and _integral(ins):
+    return True
   if ins.opcode not in ("reduce", "reduce-window"):
     return False
   applied = _applied(module, ins).split(",")
@@ -344,6 +359,7 @@ def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counte
     memo: dict = {}
     full: dict = {}
     loop = _root_shape(comp) if comp.name in callers else ""
+    kind = callers[comp.name].attributes.get("kind", "") if comp.name in callers else ""
     for ins in comp.instructions:
       if ins.opcode not in _PRODUCTS or not _is_float(ins):
         continue
@@ -357,7 +373,8 @@ def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counte
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
                     ("product", ins.shape_text, tree,
-                     tuple(sorted(set(users))), loop, _emitter(comp, small)))] += 1
+                     tuple(sorted(set(users))), loop, _emitter(comp, small),
+                     kind))] += 1
   return out
 
 
@@ -399,6 +416,30 @@ def fingerprint(module: HloModule) -> collections.Counter:
       out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
   out.update(_expressions(module, small))
   return out
+
+
+# Fusion kinds whose code XLA:CPU emits through LLVM (a `kCustom` fusion runs a
+# library's kernel, which `_llvm.py` cannot read).
+_LLVM_KINDS = frozenset({"", "kLoop", "kInput", "kOutput"})
+
+
+def elementwise(op: Operation | str) -> bool:
+  """Whether `op` is an elementwise operation in code XLA:CPU emits through LLVM: a
+  multiply-add candidate, a product, or an elementwise transcendental. Where two
+  programs differ only in such operations, their kernels' LLVM IR decides whether
+  they compute alike (`_llvm.py`)."""
+  if not isinstance(op, Operation):
+    return False
+  head = op.form[0]
+  if head in ("add", "subtract"):
+    kind = op.form[3]
+  elif head == "product":
+    kind = op.form[-1]
+  elif head in _ELEMENTWISE_SENSITIVE:
+    kind = op.form[6].split("/")[0]
+  else:
+    return False
+  return kind in _LLVM_KINDS
 
 
 def differences(plain: collections.Counter, other: collections.Counter

@@ -41,6 +41,7 @@ import jax
 from . import _compat as C
 from . import _plan
 from . import _fingerprint
+from . import _llvm
 from ._check import CopiesFoundError, check_compiled, inspect_compiled
 from ._report import CopyReport, Finding
 from ._transform import sequence_jaxpr
@@ -98,7 +99,9 @@ class Candidate:
   """One compiled program considered for a signature.
 
   `changed` lists the operations whose arithmetic differs from jax.jit's program
-  (`_fingerprint.py`); a candidate with any is never run.
+  (`_fingerprint.py`); a candidate with any is never run. Where the HLO shows other
+  forms only for elementwise operations, the kernels' LLVM IR decides
+  (`settled_by_ir`).
   """
   program: Program
   jaxpr: Any
@@ -106,6 +109,9 @@ class Candidate:
   report: CopyReport
   fingerprint: Any = dataclasses.field(default=None, repr=False, compare=False)
   changed: tuple[Any, ...] = ()
+  # The elementwise operations whose HLO form differs from jax.jit's, but whose
+  # kernels' LLVM IR shows the same floating-point arithmetic (`_llvm.py`).
+  settled_by_ir: tuple[Any, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +268,38 @@ class InplaceJitted:
         changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
     return Candidate(program, jaxpr, tuple(options), report, fp, changed)
 
+  def _kernel_ir(self, p, args_flat, jaxpr, options) -> frozenset | None:
+    """The LLVM IR fingerprint of a program (`_llvm.py`), from a compile that dumps
+    it; None where it cannot be read (the user dumps too, no IR written)."""
+    if any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options):
+      return None
+
+    def compile_in(folder: str):
+      q = C.with_params(p, jaxpr=jaxpr,
+                        compiler_options_kvs=tuple(options) + ((C.DUMP_OPTION, folder),))
+      C.traced(q, args_flat).lower().compile()
+
+    texts = C.optimised_ir(compile_in)
+    return None if texts is None else _llvm.fingerprint(texts)
+
+  def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
+              plain_ir: dict) -> Candidate:
+    """`cand` with its differences settled by the LLVM IR where every operation the
+    HLO shows in another form is elementwise and the kernels of both programs
+    compute the same floating-point expressions; `cand` as it is otherwise.
+    `plain_ir` memoises jax.jit's program's IR for the signature (one more compile
+    of it, only when some candidate needs it)."""
+    if not cand.changed or not all(_fingerprint.elementwise(o) for o in cand.changed):
+      return cand
+    if "ir" not in plain_ir:
+      plain_ir["ir"] = self._kernel_ir(p, args_flat, plain.jaxpr, plain.options)
+    if plain_ir["ir"] is None:
+      return cand
+    mine = self._kernel_ir(p, args_flat, cand.jaxpr, cand.options)
+    if mine != plain_ir["ir"]:
+      return cand
+    return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
+
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
@@ -275,6 +313,7 @@ class InplaceJitted:
     buffers = _copied_buffers(p, plain.report, threshold)
     candidates, best, best_plan, plans = [plain], plain, None, []
     hints, last, seen = _plan.Hints(), plain, []
+    plain_ir: dict[str, frozenset | None] = {}
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
       plans.append(plan)
@@ -283,6 +322,7 @@ class InplaceJitted:
           self._our_options != self._user_options and _has_barrier(new.jaxpr))):
         seen.append(text)
         last = self._compile(p, args_flat, "sequenced", new, self._our_options, plain)
+        last = self._settle(p, args_flat, last, plain, plain_ir)
         candidates.append(last)
         if _improves(last, best, plain, threshold):
           best, best_plan = last, plan
