@@ -112,7 +112,6 @@ class Candidate:
   # The elementwise operations whose HLO form differs from jax.jit's, but whose
   # kernels' LLVM IR shows the same floating-point arithmetic (`_llvm.py`).
   settled_by_ir: tuple[Any, ...] = ()
-  ir: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,22 +257,8 @@ class InplaceJitted:
 
   def _compile(self, p, args_flat, program: Program, jaxpr, options,
                plain: Candidate | None = None) -> Candidate:
-    """`jaxpr` compiled with `options` and inspected; a candidate compared with
-    `plain` is compiled with its kernels' IR dumped (`_kernel_ir`)."""
-    def compile_in(folder: str | None):
-      extra = () if folder is None else ((C.DUMP_OPTION, folder),)
-      q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=tuple(options) + extra)
-      return C.traced(q, args_flat).lower().compile()
-
-    ir = None
-    if plain is not None and _may_dump(options):
-      box: list = []
-      texts = C.optimised_ir(lambda folder: box.append(compile_in(folder)))
-      ir = None if texts is None else _llvm.fingerprint(texts)
-      compiled = box[0] if box else compile_in(None)
-    else:
-      compiled = compile_in(None)
-    report, modules = inspect_compiled(compiled)
+    q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=options)
+    report, modules = inspect_compiled(C.traced(q, args_flat).lower().compile())
     fp = _fingerprint.fingerprint(modules[0]) if len(modules) == 1 else None
     changed: tuple = ()
     if plain is not None:
@@ -281,12 +266,12 @@ class InplaceJitted:
         changed = ("the compiled programs could not be compared",)
       else:
         changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
-    return Candidate(program, jaxpr, tuple(options), report, fp, changed, ir=ir)
+    return Candidate(program, jaxpr, tuple(options), report, fp, changed)
 
   def _kernel_ir(self, p, args_flat, jaxpr, options) -> frozenset | None:
     """The LLVM IR fingerprint of a program (`_llvm.py`), from a compile that dumps
     it; None where it cannot be read (the user dumps too, no IR written)."""
-    if not _may_dump(options):
+    if any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options):
       return None
 
     def compile_in(folder: str):
@@ -299,32 +284,21 @@ class InplaceJitted:
 
   def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
               plain_ir: dict) -> Candidate:
-    """`cand` judged by its kernels' LLVM IR (`_llvm.py`) as well as its HLO:
-
-    * where every operation the HLO shows in another form is elementwise, the
-      candidate may run if both programs' kernels compute the same floating-point
-      expressions (`settled_by_ir`);
-    * where the HLO shows the same arithmetic, it may not run if the kernels'
-      multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`).
-
-    Where no IR can be read, the HLO's verdict stands. `plain_ir` memoises
-    jax.jit's program's IR for the signature: one more compile of it, only when a
-    sequenced candidate was compiled."""
-    elementwise = all(_fingerprint.elementwise(o) for o in cand.changed)
-    if cand.ir is None or not elementwise:
+    """`cand` with its differences settled by the LLVM IR where every operation the
+    HLO shows in another form is elementwise and the kernels of both programs
+    compute the same floating-point expressions; `cand` as it is otherwise.
+    `plain_ir` memoises jax.jit's program's IR for the signature (one more compile
+    of it, only when some candidate needs it)."""
+    if not cand.changed or not all(_fingerprint.elementwise(o) for o in cand.changed):
       return cand
     if "ir" not in plain_ir:
       plain_ir["ir"] = self._kernel_ir(p, args_flat, plain.jaxpr, plain.options)
-    theirs = plain_ir["ir"]
-    if theirs is None:
+    if plain_ir["ir"] is None:
       return cand
-    if cand.changed:
-      if cand.ir != theirs:
-        return cand
-      return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if _llvm.contractions(cand.ir) != _llvm.contractions(theirs):
-      return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
-    return cand
+    mine = self._kernel_ir(p, args_flat, cand.jaxpr, cand.options)
+    if mine != plain_ir["ir"]:
+      return cand
+    return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
 
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
@@ -475,11 +449,6 @@ class InplaceJitted:
 
 # Compiles after the first sequenced one, where copies of buffers remain.
 REFINE_ROUNDS = 2
-
-
-def _may_dump(options) -> bool:
-  """Whether inplace_jax may dump a compile's IR: not over the user's own dump."""
-  return not any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options)
 
 
 def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:
@@ -662,8 +631,7 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
   copies = report.buffer_copies(threshold)
   if not copies:
     return report
-  changed = [o for c in candidates for o in c.changed
-             if not isinstance(o, str) or o == _llvm.CONTRACTIONS]
+  changed = [o for c in candidates for o in c.changed if not isinstance(o, str)]
   used: list = []
   out = []
   for c in report.copies:

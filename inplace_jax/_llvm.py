@@ -15,17 +15,11 @@ floating-point value it computes as a canonical expression over its block:
 operations with their flags, types and constants, where an operand computed in
 another block is marked as such (`^(...)`: it cannot be contracted into this one),
 a load, a loop's phi and integer arithmetic are leaves, and names and addresses are
-gone, with the number of uses of each value (LLVM contracts only a product with no
-other use). Two programs with equal fingerprints build the same floating-point
+gone. Two programs with equal fingerprints build the same floating-point
 instruction DAG in each block, and LLVM selects the same instructions for it: each
 elementwise result is computed alike. Reductions are left to the HLO fingerprint:
 their order of accumulation is also decided by the integer control flow of their
 loops, which this reads as leaves.
-
-`_jit.py` uses it twice: a candidate whose HLO fingerprint differs from jax.jit's
-only in elementwise operations runs if the whole IR fingerprints are equal; a
-candidate whose HLO fingerprint is equal does not run if the multiply-adds of
-the kernels (`contractions`) differ.
 
 Pure text, like `_hlo.py`; no JAX import.
 """
@@ -137,22 +131,6 @@ def _function_values(blocks: dict[str, list[str]]) -> collections.Counter:
     if op in _FLOAT_OPS or (op in _MOVES and _FLOAT_TYPE.search(text)):
       values[expr(name, where[name])] += 1
   return values
-
-
-# What `Candidate.changed` names when the kernels' multiply-adds differ.
-CONTRACTIONS = "the multiply-adds of its kernels (their LLVM IR)"
-_SUM = re.compile(r"^(\^\()?(fadd|fsub) ")
-_PRODUCT = re.compile(r"\bfmul\b|llvm\.fma|fmuladd")
-
-
-def contractions(fp: frozenset[tuple[str, int]]) -> frozenset[tuple[str, int]]:
-  """The part of a fingerprint that decides FMA contraction: every add or subtract
-  with a product in its expression, with its uses and how often it is computed.
-  Two programs whose HLO fingerprints are equal can still differ here (the
-  product hoisted out of a loop in one and not the other, docs/xla_notes.md);
-  the rest of the IR differs harmlessly between such programs more often (a pick
-  fused in or not)."""
-  return frozenset((f, n) for f, n in fp if _SUM.match(f) and _PRODUCT.search(f))
 
 
 def fingerprint(texts: Iterable[str]) -> frozenset[tuple[str, int]] | None:
