@@ -12,6 +12,7 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -434,7 +435,6 @@ def optimised_ir(compile_in: Callable[[str], Any]) -> list[str] | None:
   """The optimised LLVM IR of every kernel of the program `compile_in(folder)`
   compiles with `xla_dump_to=folder`, or None where XLA wrote none (a persistent
   compilation cache hit, another backend) or the compile failed."""
-  import tempfile
   with tempfile.TemporaryDirectory(prefix="inplace_jax_ir_") as folder:
     try:
       compile_in(folder)

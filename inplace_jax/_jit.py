@@ -255,10 +255,15 @@ class InplaceJitted:
       self._warn(sig)
     return sig
 
+  @staticmethod
+  def _compiled(p, args_flat, jaxpr, options):
+    """`jaxpr` compiled for these arguments with exactly `options`."""
+    q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=tuple(options))
+    return C.traced(q, args_flat).lower().compile()
+
   def _compile(self, p, args_flat, program: Program, jaxpr, options,
                plain: Candidate | None = None) -> Candidate:
-    q = C.with_params(p, jaxpr=jaxpr, compiler_options_kvs=options)
-    report, modules = inspect_compiled(C.traced(q, args_flat).lower().compile())
+    report, modules = inspect_compiled(self._compiled(p, args_flat, jaxpr, options))
     fp = _fingerprint.fingerprint(modules[0]) if len(modules) == 1 else None
     changed: tuple = ()
     if plain is not None:
@@ -274,12 +279,8 @@ class InplaceJitted:
     if any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options):
       return None
 
-    def compile_in(folder: str):
-      q = C.with_params(p, jaxpr=jaxpr,
-                        compiler_options_kvs=tuple(options) + ((C.DUMP_OPTION, folder),))
-      C.traced(q, args_flat).lower().compile()
-
-    texts = C.optimised_ir(compile_in)
+    texts = C.optimised_ir(lambda folder: self._compiled(
+        p, args_flat, jaxpr, tuple(options) + ((C.DUMP_OPTION, folder),)))
     return None if texts is None else _llvm.fingerprint(texts)
 
   def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
