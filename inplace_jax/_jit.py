@@ -99,9 +99,9 @@ class Candidate:
   """One compiled program considered for a signature.
 
   `changed` lists the operations whose arithmetic differs from jax.jit's program
-  (`_fingerprint.py`); a candidate with any is never run. Where the HLO shows other
-  forms only for elementwise operations, the kernels' LLVM IR decides
-  (`settled_by_ir`).
+  (`_fingerprint.py`, and `_llvm.CONTRACTIONS` where the kernels' multiply-adds
+  differ); a candidate with any is never run. Where the HLO shows other forms only
+  for elementwise operations, the kernels' LLVM IR decides (`settled_by_ir`).
   """
   program: Program
   jaxpr: Any
@@ -112,6 +112,7 @@ class Candidate:
   # The elementwise operations whose HLO form differs from jax.jit's, but whose
   # kernels' LLVM IR shows the same floating-point arithmetic (`_llvm.py`).
   settled_by_ir: tuple[Any, ...] = ()
+  kernels: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +264,14 @@ class InplaceJitted:
 
   def _compile(self, p, args_flat, program: Program, jaxpr, options,
                plain: Candidate | None = None) -> Candidate:
-    report, modules = inspect_compiled(self._compiled(p, args_flat, jaxpr, options))
+    """`jaxpr` compiled with `options` and inspected; a candidate compared with
+    `plain` is compiled with its kernels' IR dumped (`_kernel_ir`)."""
+    kernels = None
+    if plain is not None:
+      compiled, kernels = self._kernel_ir(p, args_flat, jaxpr, options)
+    else:
+      compiled = self._compiled(p, args_flat, jaxpr, options)
+    report, modules = inspect_compiled(compiled)
     fp = _fingerprint.fingerprint(modules[0]) if len(modules) == 1 else None
     changed: tuple = ()
     if plain is not None:
@@ -271,35 +279,48 @@ class InplaceJitted:
         changed = ("the compiled programs could not be compared",)
       else:
         changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
-    return Candidate(program, jaxpr, tuple(options), report, fp, changed)
+    return Candidate(program, jaxpr, tuple(options), report, fp, changed,
+                     kernels=kernels)
 
-  def _kernel_ir(self, p, args_flat, jaxpr, options) -> frozenset | None:
-    """The LLVM IR fingerprint of a program (`_llvm.py`), from a compile that dumps
-    it; None where it cannot be read (the user dumps too, no IR written)."""
+  def _kernel_ir(self, p, args_flat, jaxpr, options):
+    """`jaxpr` compiled with its kernels' LLVM IR dumped, and what `_llvm.read`
+    reads of it (None where it cannot be read: the user dumps too, no IR
+    written). The executable is the one a compile without the dump gives."""
     if any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options):
-      return None
-
-    texts = C.optimised_ir(lambda folder: self._compiled(
-        p, args_flat, jaxpr, tuple(options) + ((C.DUMP_OPTION, folder),)))
-    return None if texts is None else _llvm.fingerprint(texts)
+      return self._compiled(p, args_flat, jaxpr, options), None
+    box: list = []
+    texts = C.optimised_ir(lambda folder: box.append(self._compiled(
+        p, args_flat, jaxpr, tuple(options) + ((C.DUMP_OPTION, folder),))))
+    compiled = box[0] if box else self._compiled(p, args_flat, jaxpr, options)
+    return compiled, None if texts is None else _llvm.read(texts)
 
   def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
               plain_ir: dict) -> Candidate:
-    """`cand` with its differences settled by the LLVM IR where every operation the
-    HLO shows in another form is elementwise and the kernels of both programs
-    compute the same floating-point expressions; `cand` as it is otherwise.
-    `plain_ir` memoises jax.jit's program's IR for the signature (one more compile
-    of it, only when some candidate needs it)."""
-    if not cand.changed or not all(_fingerprint.elementwise(o) for o in cand.changed):
+    """`cand` judged by its kernels' LLVM IR (`_llvm.py`) as well as its HLO:
+
+    * where every operation the HLO shows in another form is elementwise, it may
+      run if both programs' kernels compute the same floating-point expressions
+      (`settled_by_ir`);
+    * where the HLO shows the same arithmetic, it may not run if the kernels'
+      multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`).
+
+    Where no IR can be read, the HLO's verdict stands. `plain_ir` memoises
+    jax.jit's program's kernels for the signature: one more compile of it, only
+    where a sequenced candidate was compiled."""
+    if cand.kernels is None or not all(_fingerprint.elementwise(o) for o in cand.changed):
       return cand
     if "ir" not in plain_ir:
-      plain_ir["ir"] = self._kernel_ir(p, args_flat, plain.jaxpr, plain.options)
-    if plain_ir["ir"] is None:
+      plain_ir["ir"] = self._kernel_ir(p, args_flat, plain.jaxpr, plain.options)[1]
+    theirs = plain_ir["ir"]
+    if theirs is None:
       return cand
-    mine = self._kernel_ir(p, args_flat, cand.jaxpr, cand.options)
-    if mine != plain_ir["ir"]:
-      return cand
-    return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
+    if cand.changed:
+      if cand.kernels.values != theirs.values:
+        return cand
+      return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
+    if cand.kernels.contractions != theirs.contractions:
+      return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
+    return cand
 
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
@@ -314,7 +335,7 @@ class InplaceJitted:
     buffers = _copied_buffers(p, plain.report, threshold)
     candidates, best, best_plan, plans = [plain], plain, None, []
     hints, last, seen = _plan.Hints(), plain, []
-    plain_ir: dict[str, frozenset | None] = {}
+    plain_ir: dict[str, _llvm.Kernels | None] = {}
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
       plans.append(plan)
@@ -632,7 +653,8 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
   copies = report.buffer_copies(threshold)
   if not copies:
     return report
-  changed = [o for c in candidates for o in c.changed if not isinstance(o, str)]
+  changed = [o for c in candidates for o in c.changed
+             if not isinstance(o, str) or o == _llvm.CONTRACTIONS]
   used: list = []
   out = []
   for c in report.copies:

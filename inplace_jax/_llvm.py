@@ -21,15 +21,22 @@ elementwise result is computed alike. Reductions are left to the HLO fingerprint
 their order of accumulation is also decided by the integer control flow of their
 loops, which this reads as leaves.
 
+`_jit.py` uses it twice (`read`): a candidate whose HLO fingerprint differs from
+jax.jit's only in elementwise operations may run if the whole fingerprints are
+equal; a candidate whose HLO fingerprint is equal may not run if the kernels'
+multiply-adds (`contractions`) differ.
+
 Pure text, like `_hlo.py`; no JAX import.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import fractions
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 _DEFINE = re.compile(r"^\s*(%[\w.\-]+)\s*=\s*(.*)$")
 _LABEL = re.compile(r"^([\w.\-]+):")
@@ -83,9 +90,11 @@ def _opcode(rhs: str) -> str:
   return words[0] if words else ""
 
 
-def _function_values(blocks: dict[str, list[str]]) -> collections.Counter:
+def _function_values(blocks: dict[str, list[str]],
+                     product_uses_only: bool = False) -> collections.Counter:
   """The canonical expressions of the floating-point values one function computes,
-  each with how many times it computes it."""
+  each with how many times it computes it; with `product_uses_only`, only products
+  carry their number of uses (the only count that decides contraction)."""
   rhs: dict[str, str] = {}
   where: dict[str, str] = {}
   uses: collections.Counter = collections.Counter()
@@ -119,7 +128,8 @@ def _function_values(blocks: dict[str, list[str]]) -> collections.Counter:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
       # LLVM contracts a product into an add only where the product has no other
       # use: how many uses a value has is part of what decides its rounding.
-      out = f"{out}*{uses[name]}"
+      if not product_uses_only or op == "fmul":
+        out = f"{out}*{uses[name]}"
     if where[name] != block:
       out = f"^({out})"    # computed in another block: not contracted into this one
     memo[key] = out
@@ -133,14 +143,66 @@ def _function_values(blocks: dict[str, list[str]]) -> collections.Counter:
   return values
 
 
-def fingerprint(texts: Iterable[str]) -> frozenset[tuple[str, int]] | None:
-  """The canonical floating-point expressions of every kernel in `texts` (optimised
-  LLVM IR modules), each with how many times the program computes it, or None
-  when there is none to read."""
+def _values(texts: Iterable[str], product_uses_only: bool = False
+            ) -> collections.Counter | None:
   values: collections.Counter = collections.Counter()
   seen = False
   for text in texts:
     for blocks in _functions(text):
       seen = True
-      values.update(_function_values(blocks))
-  return frozenset(values.items()) if seen else None
+      values.update(_function_values(blocks, product_uses_only))
+  return values if seen else None
+
+
+def fingerprint(texts: Iterable[str]) -> frozenset[tuple[str, int]] | None:
+  """The canonical floating-point expressions of every kernel in `texts` (optimised
+  LLVM IR modules), each with how many times the program computes it, or None
+  when there is none to read."""
+  values = _values(texts)
+  return None if values is None else frozenset(values.items())
+
+
+# What `Candidate.changed` names when the kernels' multiply-adds differ.
+CONTRACTIONS = "the multiply-adds of its kernels (their LLVM IR)"
+_SUM = re.compile(r"^(\^\()?(fadd|fsub) ")
+_PRODUCT = re.compile(r"\bfmul\b|llvm\.fma|fmuladd")
+_PLACEMENT = re.compile(r"\^\(|\*\d+")
+
+
+def contractions(texts: Iterable[str]) -> frozenset | None:
+  """What decides FMA contraction in the kernels of `texts`: every add or subtract
+  with a product in its expression, grouped by the expression without its
+  placement (which block each operand is computed in, how many uses each product
+  has), each group as the share of each placement in it.
+
+  A share, not a count: loops unrolled 4 or 16 times compute one expression 16
+  or 64 times, alike (a conditional lowered to loops, tests/test_cond_traps.py).
+  A change of shares is a change of which elements are contracted: jax.jit's
+  kernel left 7 of 24 products in the loop, contracted, and the sequenced one 2
+  (fuzz regression `sgd_step_in_place_over_bf16_column`, 1 ulp)."""
+  values = _values(texts, product_uses_only=True)
+  if values is None:
+    return None
+  groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+  for form, n in values.items():
+    if _SUM.match(form) and _PRODUCT.search(form):
+      groups[_PLACEMENT.sub("", form)][form] += n
+  return frozenset(
+      (key, frozenset((form, fractions.Fraction(n, sum(g.values())))
+                      for form, n in g.items()))
+      for key, g in groups.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+  """What `_jit.py` compares of two programs' kernels."""
+  values: frozenset          # `fingerprint`
+  contractions: frozenset    # `contractions`
+
+
+def read(texts: Sequence[str]) -> Kernels | None:
+  """Both views of the kernels in `texts`, or None when there is none to read."""
+  values, shares = fingerprint(texts), contractions(texts)
+  if values is None or shares is None:
+    return None
+  return Kernels(values, shares)

@@ -543,7 +543,9 @@ def fused_add_under_update_root(b0, b1):
   `b1 + v12 * -0.01` fused under a dynamic-update-slice root (jax.jit) and as the
   fusion's root (a refinement round materialised the update): XLA:CPU contracted
   differently. Not fixed: listing each fusion's root in the fingerprint caught it,
-  but also rejected most copy-free programs of the test suite (108 tests)."""
+  but also rejected most copy-free programs of the test suite (108 tests). Caught
+  since the kernels' multiply-adds are compared in their LLVM IR
+  (`_llvm.contractions`)."""
   b1 = b1.at[26].set(-2.0)
   def br1_0(b0):
     a1 = jnp.float32(0)
@@ -634,7 +636,9 @@ def sgd_step_in_place_over_bf16_column(b0, b1):
   `b1 - 0.01 * v3` of a bfloat16 column, the same fusion run out of place
   (jax.jit, after its copy) and in place: other bits (plain jax.jit donated or not
   differs too). Not fixed: a fingerprint that tells in-place fusions apart rejects
-  every update whose fusion holds a multiply-add behind a jax.jit copy."""
+  every update whose fusion holds a multiply-add behind a jax.jit copy. Caught
+  since the kernels' multiply-adds are compared in their LLVM IR
+  (`_llvm.contractions`)."""
   v1 = lax.dynamic_slice(b1, (jnp.argmax(b1[3]) % 17, jnp.argmin(b0[:, 9]) % 7), (8, 18))
   v2 = b0[:, 11:12]
   b0 = b0 + v2 * -0.5
@@ -663,7 +667,8 @@ def momentum_sgd_fused_in_place(b0, b1, b2):
   """Long run seed 2032 #3481, commit 199df1e (also wrong at a0759f6). Oracle:
   inexact (1 of 528 elements). `b0 - 0.1 * (b1 * 0.9 + b1[0])` in one fusion, the
   same HLO under jax.jit (operands copied first) and sequenced (run in place on
-  the barrier's output): other bits, the class of #1475. Not fixed."""
+  the barrier's output): other bits, the class of #1475. Caught since the
+  kernels' multiply-adds are compared in their LLVM IR (`_llvm.contractions`)."""
   v1 = b2[6, 0:16]
   v2 = b0[15, 0:16]
   b2 = b2.at[6, 0:16].set(v2.astype(jnp.float32))
@@ -843,7 +848,9 @@ def row_add_of_negated_square(b0, b1):
   """Long run seed 2044 #1799, commit 64320bc, shrunk by the fuzzer. Oracle:
   inexact (4 of 256 elements of b0's row 7, 1 ulp). `b0[7] + -(b1 * b1)[:16]`:
   a product added into one row, the multiply-add class of #1475 and #3481 (the
-  same fused expression, run in place or not). A strict expected failure."""
+  same fused expression, run in place or not). A strict expected failure until
+  the kernels' multiply-adds were compared in their LLVM IR (`_llvm.contractions`):
+  they differ, and jax.jit's program runs."""
   v1 = b1 * b1
   b0 = b0.at[7:8].add(-jnp.resize(v1, (1, 16)))
   v4 = jax.vmap(lambda r: r @ (jnp.arange(1024, dtype=jnp.float32).reshape(32, 32)
@@ -854,8 +861,7 @@ def row_add_of_negated_square(b0, b1):
 
 REGRESSIONS = [
     _case(row_add_of_negated_square, f32("b0", 16, 16), f32("b1", 32, 32),
-          data_seed=452634729,
-          known_failure="a product added into a row: multiply-add class, 1 ulp"),
+          data_seed=452634729),
     _case(row_add_then_whole_buffer_shift, f32("b0", 16, 32), f32("b1", 9, 9),
           data="special", data_seed=1027613179),
     _case(sum_over_swapped_row_after_cond, f32("b0", 16, 24), f32("b1", 16, 24),
@@ -917,11 +923,9 @@ REGRESSIONS = [
     _case(sgd_step_after_row_swap_and_scan, f32("b0", 12, 8), f32("b1", 32, 32),
           data_seed=2042234181),
     _case(fused_add_under_update_root, Buf("b0", (32, 24), "float32"), Buf("b1", (32, 24), "float32"),
-          data="normal", data_seed=313579959,
-          known_failure="FMA contraction under another fusion root (xla_notes)"),
+          data="normal", data_seed=313579959),
     _case(sgd_step_in_place_over_bf16_column, Buf("b0", (8, 12), "bfloat16"), Buf("b1", (24, 24), "float32"),
-          data="normal", data_seed=889816617,
-          known_failure="in-place vs out-of-place FMA contraction (xla_notes)"),
+          data="normal", data_seed=889816617),
     _case(sum_of_buffer_after_fused_update,
           f32("b0", 32, 24), Buf("b1", (12, 12), "int32"), f32("b2", 8, 9),
           data="normal", data_seed=1452497960),
@@ -933,8 +937,7 @@ REGRESSIONS = [
           data="normal", data_seed=1618177753),
     _case(momentum_sgd_fused_in_place,
           f32("b0", 33, 16), f32("b1", 33, 16), f32("b2", 32, 16),
-          data="normal", data_seed=368193113,
-          known_failure="in-place vs out-of-place FMA contraction (xla_notes)"),
+          data="normal", data_seed=368193113),
     _case(jit_returns_zero_with_buffer,
           f32("b0", 24, 32), f32("b1", 16, 32),
           data="special", data_seed=1970039202),

@@ -160,3 +160,20 @@ def test_integer_sum_over_old_block_is_copy_free_and_exact():
   r = compare(sum_of_old_block_then_update, _fresh((32, 16), jnp.int32))
   assert r.ref_report.buffer_copies(1024)
   assert not r.report.buffer_copies(1024)
+
+
+def test_multiply_adds_that_differ_in_the_ir_keep_jax_jits_program():
+  """Fuzz seed 2044 #1799: the HLO fingerprints are equal, the sequenced program was
+  1 ulp off in 4 elements; its kernels' multiply-adds differ from jax.jit's, so
+  jax.jit's program runs."""
+  import fuzz_regressions_programs as programs
+  from inplace_jax.testing.fuzz import make_inputs
+  case = next(c for c in programs.REGRESSIONS
+              if c.fn is programs.row_add_of_negated_square)
+  args = lambda: make_inputs(case.bufs, case.data_seed, case.data)
+  compare(case.fn, *args(), donate_argnums=(0, 1))
+  f = inplace_jax.jit(case.fn, donate_argnums=(0, 1), on_copy="ignore")
+  f(*args())
+  sig = f.signatures[-1]
+  assert any(c.changed == (_llvm.CONTRACTIONS,) for c in sig.candidates[1:])
+  assert sig.chosen.changed == ()
