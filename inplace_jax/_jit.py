@@ -265,10 +265,10 @@ class InplaceJitted:
   def _compile(self, p, args_flat, program: Program, jaxpr, options,
                plain: Candidate | None = None) -> Candidate:
     """`jaxpr` compiled with `options` and inspected; a candidate compared with
-    `plain` is compiled with its kernels' IR dumped (`_kernel_ir`)."""
+    `plain` is compiled with its kernels' IR dumped (`_compiled_with_kernels`)."""
     kernels = None
     if plain is not None:
-      compiled, kernels = self._kernel_ir(p, args_flat, jaxpr, options)
+      compiled, kernels = self._compiled_with_kernels(p, args_flat, jaxpr, options)
     else:
       compiled = self._compiled(p, args_flat, jaxpr, options)
     report, modules = inspect_compiled(compiled)
@@ -282,7 +282,7 @@ class InplaceJitted:
     return Candidate(program, jaxpr, tuple(options), report, fp, changed,
                      kernels=kernels)
 
-  def _kernel_ir(self, p, args_flat, jaxpr, options):
+  def _compiled_with_kernels(self, p, args_flat, jaxpr, options):
     """`jaxpr` compiled with its kernels' LLVM IR dumped, and what `_llvm.read`
     reads of it (None where it cannot be read: the user dumps too, no IR
     written). The executable is the one a compile without the dump gives."""
@@ -310,7 +310,7 @@ class InplaceJitted:
     if cand.kernels is None or not all(_fingerprint.elementwise(o) for o in cand.changed):
       return cand
     if "ir" not in plain_ir:
-      plain_ir["ir"] = self._kernel_ir(p, args_flat, plain.jaxpr, plain.options)[1]
+      plain_ir["ir"] = self._compiled_with_kernels(p, args_flat, plain.jaxpr, plain.options)[1]
     theirs = plain_ir["ir"]
     if theirs is None:
       return cand
