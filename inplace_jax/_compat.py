@@ -517,6 +517,45 @@ def run_params(p: Any, args_flat, fun: Callable, args: tuple, kwargs: dict):
   return outs, fastpath
 
 
+# The `jax.monitoring` duration event of every XLA compile (jax._src.dispatch).
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+def run_compiled(p: Any, compiled: Any, args_flat, fun: Callable, args: tuple,
+                 kwargs: dict):
+  """`run_params` with an executable compiled for `p` already (a `jax.stages.Compiled`
+  of `traced(p, args_flat)`), so that the call compiles nothing again: the one
+  inplace_jax compiled to inspect, dumped or not. Where jax.jit's call path does
+  more than run (a trace, NaN/Inf debugging, key-reuse checks, profile-guided
+  recompiles) or an argument is not one it runs as is, `run_params`."""
+  from jax._src import config as _config
+  from jax._src import dispatch as _dispatch
+  plain_path = (compiled is None or not _core.trace_state_clean()
+                or _config.debug_key_reuse.value or _config.debug_nans.value
+                or _config.debug_infs.value or _config.enable_pgle.value
+                or p.params["jaxpr"].jaxpr.is_high
+                or not isinstance(getattr(compiled, "_executable", None),
+                                  _pxla.MeshExecutable))
+  if not plain_path:
+    try:
+      for arg in args_flat:
+        _dispatch.check_arg(arg)
+      lowered = [_core.full_lower(a) for a in args_flat]
+      _core.check_eval_args(lowered)
+    except Exception:   # jax.jit's own path raises its own error for it
+      plain_path = True
+  if plain_path:
+    return run_params(p, args_flat, fun, args, kwargs)
+  executable = compiled._executable
+  const_args = executable.shard_const_args(compiled._params.const_args)
+  out_flat = executable.unsafe_call(*const_args, *lowered)
+  outs = _tree_util.tree_unflatten(p.out_tree, out_flat)
+  jaxpr = p.params["jaxpr"]
+  fastpath = _pjit._get_fastpath_data(executable, p.out_tree, lowered, out_flat,
+                                      jaxpr.effects, jaxpr.consts, None, const_args)
+  return outs, fastpath
+
+
 def trace_state_clean() -> bool:
   """Whether no transformation is tracing (a call at top level)."""
   return _core.trace_state_clean()

@@ -113,6 +113,9 @@ class Candidate:
   # kernels' LLVM IR shows the same floating-point arithmetic (`_llvm.py`).
   settled_by_ir: tuple[Any, ...] = ()
   kernels: Any = dataclasses.field(default=None, repr=False, compare=False)
+  # The `jax.stages.Compiled` inspected (dumped or not); kept for the one that runs,
+  # which the first call then runs without compiling it again.
+  compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +212,8 @@ class InplaceJitted:
     if self.on_copy == "raise":
       self._raise_if_copies(sig)
     q = C.with_params(p, jaxpr=sig.chosen.jaxpr, compiler_options_kvs=sig.chosen.options)
-    outs, fastpath = C.run_params(q, args_flat, self._fun, args, kwargs)
+    outs, fastpath = C.run_compiled(q, sig.chosen.compiled, args_flat, self._fun,
+                                    args, kwargs)
     return outs, fastpath, False
 
   def _nested_params(self, p):
@@ -263,11 +267,12 @@ class InplaceJitted:
     return C.traced(q, args_flat).lower().compile()
 
   def _compile(self, p, args_flat, program: Program, jaxpr, options,
-               plain: Candidate | None = None) -> Candidate:
+               plain: Candidate | None = None, dump: bool = False) -> Candidate:
     """`jaxpr` compiled with `options` and inspected; a candidate compared with
-    `plain` is compiled with its kernels' IR dumped (`_compiled_with_kernels`)."""
+    `plain`, and where `dump` jax.jit's program, is compiled with its kernels' IR
+    dumped (`_compiled_with_kernels`)."""
     kernels = None
-    if plain is not None:
+    if plain is not None or dump:
       compiled, kernels = self._compiled_with_kernels(p, args_flat, jaxpr, options)
     else:
       compiled = self._compiled(p, args_flat, jaxpr, options)
@@ -280,19 +285,20 @@ class InplaceJitted:
       else:
         changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
     return Candidate(program, jaxpr, tuple(options), report, fp, changed,
-                     kernels=kernels)
+                     kernels=kernels, compiled=compiled)
 
   def _compiled_with_kernels(self, p, args_flat, jaxpr, options):
-    """`jaxpr` compiled with its kernels' LLVM IR dumped, and what `_llvm.read`
-    reads of it (None where it cannot be read: the user dumps too, no IR
-    written). The executable is the one a compile without the dump gives."""
+    """`jaxpr` compiled with its kernels' LLVM IR dumped, and the IR, read on
+    first use (an `_llvm.Dump`; None where there is none: the user dumps too, no
+    IR written). The dump changes no code: the executable runs as one compiled
+    without it."""
     if any(str(k).startswith(C.DUMP_PREFIX) for k, _ in options):
       return self._compiled(p, args_flat, jaxpr, options), None
     box: list = []
     texts = C.optimised_ir(lambda folder: box.append(self._compiled(
         p, args_flat, jaxpr, tuple(options) + ((C.DUMP_OPTION, folder),))))
     compiled = box[0] if box else self._compiled(p, args_flat, jaxpr, options)
-    return compiled, None if texts is None else _llvm.read(texts)
+    return compiled, None if texts is None else _llvm.Dump(texts)
 
   def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
               plain_ir: dict) -> Candidate:
@@ -305,26 +311,34 @@ class InplaceJitted:
       multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`).
 
     Where no IR can be read, the HLO's verdict stands. `plain_ir` memoises
-    jax.jit's program's kernels for the signature: one more compile of it, only
-    where a sequenced candidate was compiled."""
+    jax.jit's program's kernels for the signature: read from its own compile
+    where that dumped them (anything donated), else compiled once more."""
     if cand.kernels is None or not all(_fingerprint.elementwise(o) for o in cand.changed):
       return cand
+    mine = cand.kernels.kernels()
+    if mine is None:
+      return cand
     if "ir" not in plain_ir:
-      plain_ir["ir"] = self._compiled_with_kernels(p, args_flat, plain.jaxpr, plain.options)[1]
+      dump = plain.kernels or self._compiled_with_kernels(
+          p, args_flat, plain.jaxpr, plain.options)[1]
+      plain_ir["ir"] = None if dump is None else dump.kernels()
     theirs = plain_ir["ir"]
     if theirs is None:
       return cand
     if cand.changed:
-      if cand.kernels.values != theirs.values:
+      if mine.values != theirs.values:
         return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if cand.kernels.contractions != theirs.contractions:
+    if mine.contractions != theirs.contractions:
       return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
     return cand
 
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
-    plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options)
+    # Its kernels' IR is dumped where a candidate may follow (a donated buffer),
+    # so that no candidate needs jax.jit's program compiled once more to compare.
+    plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options,
+                          dump=any(C.params_donated(p)))
     threshold = significant_bytes(plain.report, self.min_bytes)
     if plain.report.verified and not plain.report.buffer_copies(threshold) and \
         not plain.report.loop_temporaries(loop_bytes(threshold)):
@@ -335,7 +349,7 @@ class InplaceJitted:
     buffers = _copied_buffers(p, plain.report, threshold)
     candidates, best, best_plan, plans = [plain], plain, None, []
     hints, last, seen = _plan.Hints(), plain, []
-    plain_ir: dict[str, _llvm.Kernels | None] = {}
+    plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
       plans.append(plan)
@@ -368,7 +382,11 @@ class InplaceJitted:
     report = _explained(chosen.report, _unique(notes), candidates, threshold)
     report = _in_ref_terms(report, self._ref_sites, threshold)
     report = dataclasses.replace(report, program=chosen.program, decision=reason)
-    return Signature(chosen.program, report, plan, tuple(candidates), reason, threshold,
+    # Only the executable that runs is kept; the others', and every IR, are freed.
+    kept = [dataclasses.replace(c, kernels=None, compiled=c.compiled if c is chosen else None)
+            for c in candidates]
+    chosen = kept[[c is chosen for c in candidates].index(True)]
+    return Signature(chosen.program, report, plan, tuple(kept), reason, threshold,
                      chosen)
 
   # ------------------------------------------------------------------ messages

@@ -206,3 +206,17 @@ def read(texts: Sequence[str]) -> Kernels | None:
   if values is None or shares is None:
     return None
   return Kernels(values, shares)
+
+
+class Dump:
+  """The IR texts of one compile, read (`read`) on first use only: a program's
+  kernels are compared only where a sequenced candidate's HLO leaves it open."""
+
+  def __init__(self, texts: Sequence[str]):
+    self._texts: Sequence[str] | None = texts
+    self._kernels: Kernels | None = None
+
+  def kernels(self) -> Kernels | None:
+    if self._texts is not None:
+      self._kernels, self._texts = read(self._texts), None
+    return self._kernels

@@ -14,6 +14,7 @@ from jax import lax
 
 import inplace_jax
 from conftest import ON_CPU, assert_tree_equal, compare, fresh
+from inplace_jax._compat import BACKEND_COMPILE
 
 N = 128
 FULL = N * N * 4
@@ -180,6 +181,44 @@ def test_warm_calls_do_not_retrace_or_reverify():
   assert len(traces) == 1 and len(f.reports) == 1
   x, _ = f(fresh(_x(64)))   # a new signature: one more trace, one more check
   assert len(traces) == 2 and len(f.reports) == 2
+
+
+def _backend_compiles():
+  """A list that grows by one for every XLA compile from now on."""
+  seen: list[float] = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, secs, **kw: seen.append(secs) if event == BACKEND_COMPILE else None)
+  return seen
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_first_call_compiles_each_program_once_and_runs_the_one_inspected(copies):
+  # jax.jit's program is compiled once (its kernels' IR dumped then, where
+  # anything is donated), each sequenced candidate once, and the call runs the
+  # executable inspected: no compile of jax.jit's program for the comparison, none
+  # of the chosen program to run it; warm calls compile nothing.
+  def f(x):
+    y = x[0, 0] if copies else 1.0
+    return x.at[0, 0].add(1), y
+
+  compiles = _backend_compiles()
+  g = inplace_jax.jit(f, donate_argnums=0, on_copy="ignore")
+  x = fresh(_x())
+  expect_x, expect_y = jax.jit(f)(x)
+  before = len(compiles)
+  out = g(fresh(_x()))
+  first = len(compiles) - before
+  sig = g.signatures[-1]
+  assert_tree_equal((expect_x, expect_y), out)
+  assert first == len(sig.candidates), (first, sig.candidates)
+  assert sig.program == ("sequenced" if copies and ON_CPU else "jax.jit")
+  assert all(c.kernels is None for c in sig.candidates)   # the IR is not kept
+  assert [c.compiled is not None for c in sig.candidates] == [
+      c is sig.chosen for c in sig.candidates]
+  before = len(compiles)
+  for _ in range(3):
+    out = g(out[0])
+  assert len(compiles) == before
 
 
 def test_user_compiler_options_are_merged():
