@@ -261,6 +261,24 @@ def backend_compiler_options(platform: str) -> dict[str, Any]:
   return {}
 
 
+def small_loops_hoisted(options, user_options) -> tuple[tuple[str, Any], ...]:
+  """`options` (key/value pairs) with `small-while-loop-hoisting` on again, unless
+  the user's own options turn it off: for a program whose jax.jit compile hoisted
+  small loops, which would otherwise run as while loops of kernels (2.4x slower
+  warm calls of the Flashbax prioritised add-then-sample step)."""
+  theirs = str(dict(user_options or ()).get("xla_disable_hlo_passes", "")).split(",")
+  if SMALL_LOOP_PASS in theirs:
+    return tuple(options)
+  out = []
+  for k, v in options:
+    if k == "xla_disable_hlo_passes":
+      v = ",".join(q for q in str(v).split(",") if q and q != SMALL_LOOP_PASS)
+      if not v:
+        continue
+    out.append((k, v))
+  return tuple(out)
+
+
 def backend_erases_barriers(platform: str) -> bool:
   """Whether plain `jax.jit` on this platform erases optimization barriers before
   fusion (so a program compiled with barriers kept fuses differently)."""

@@ -151,6 +151,11 @@ def _callers(module: HloModule) -> dict[str, Instruction]:
   return out
 
 
+def has_small_calls(module: HloModule) -> bool:
+  """Whether XLA:CPU hoisted a small loop of `module` into one kernel (`_small_calls`)."""
+  return bool(_small_calls(module))
+
+
 def _small_calls(module: HloModule) -> frozenset[str]:
   """The computations XLA:CPU emits inside one kernel with the computation that
   calls them: everything under a `call` marked `xla_cpu_small_call` (loops that

@@ -116,6 +116,8 @@ class Candidate:
   # The `jax.stages.Compiled` inspected (dumped or not); kept for the one that runs,
   # which the first call then runs without compiling it again.
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
+  # Whether XLA hoisted a small loop into one kernel (`xla_cpu_small_call`).
+  small_calls: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,8 +286,9 @@ class InplaceJitted:
         changed = ("the compiled programs could not be compared",)
       else:
         changed = tuple(_fingerprint.differences(plain.fingerprint, fp))
+    small = len(modules) == 1 and _fingerprint.has_small_calls(modules[0])
     return Candidate(program, jaxpr, tuple(options), report, fp, changed,
-                     kernels=kernels, compiled=compiled)
+                     kernels=kernels, compiled=compiled, small_calls=small)
 
   def _compiled_with_kernels(self, p, args_flat, jaxpr, options):
     """`jaxpr` compiled with its kernels' LLVM IR dumped, and the IR, read on
@@ -350,6 +353,10 @@ class InplaceJitted:
     candidates, best, best_plan, plans = [plain], plain, None, []
     hints, last, seen = _plan.Hints(), plain, []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
+    # Small loops hoisted as jax.jit's compile hoists them, where it did: else
+    # they run as loops of kernels (`_compat.small_loops_hoisted`).
+    options = (C.small_loops_hoisted(self._our_options, self._user_options)
+               if plain.small_calls else self._our_options)
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
       plans.append(plan)
@@ -357,7 +364,7 @@ class InplaceJitted:
       if text not in seen and (plan.changed or (
           self._our_options != self._user_options and _has_barrier(new.jaxpr))):
         seen.append(text)
-        last = self._compile(p, args_flat, "sequenced", new, self._our_options, plain)
+        last = self._compile(p, args_flat, "sequenced", new, options, plain)
         last = self._settle(p, args_flat, last, plain, plain_ir)
         candidates.append(last)
         if _improves(last, best, plain, threshold):

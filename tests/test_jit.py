@@ -221,6 +221,30 @@ def test_first_call_compiles_each_program_once_and_runs_the_one_inspected(copies
   assert len(compiles) == before
 
 
+def test_small_loops_jax_jit_hoists_are_hoisted_in_the_sequenced_program():
+  # XLA:CPU emits a loop that touches little memory as one kernel
+  # (`xla_cpu_small_call`); the sequenced program compiles such loops as jax.jit's
+  # does where jax.jit's did (else a loop of kernels: slower warm calls), and keeps
+  # the pass off where jax.jit's program hoisted none.
+  def f(x, k):
+    s = lax.fori_loop(0, k, lambda i, c: c * 1.5 + i.astype(jnp.float32), jnp.zeros(4))
+    y = x[0, 0]
+    return x.at[0, 0].add(s.sum()), y
+
+  r = compare(f, _x(), 10, static_argnums=())
+  sig = r.fn.signatures[-1]
+  small = 'xla_cpu_small_call="true"'
+  theirs = jax.jit(f, donate_argnums=0).lower(_x(), 10).compile().as_text()
+  ours = r.fn.lower(_x(), 10).compile().as_text()
+  assert (small in ours) == (small in theirs)
+  if ON_CPU:
+    assert small in theirs and sig.program == "sequenced" and not r.big_copies(FULL)
+    assert "small-while-loop-hoisting" not in str(dict(sig.chosen.options))
+  r = compare(example_20440, _x())
+  if ON_CPU:
+    assert "small-while-loop-hoisting" in str(dict(r.fn.signatures[-1].chosen.options))
+
+
 def test_user_compiler_options_are_merged():
   f = inplace_jax.jit(example_20440, donate_argnums=0,
                       compiler_options={"xla_disable_hlo_passes": "algsimp"})
