@@ -535,6 +535,19 @@ def run_params(p: Any, args_flat, fun: Callable, args: tuple, kwargs: dict):
   return outs, fastpath
 
 
+def with_executable(lowered: Any, compiled: Any) -> Any:
+  """`lowered` (a `jax.stages.Lowered`) whose `.compile()` without options gives the
+  executable of `compiled` (compiled from the same program, its IR dumped or not),
+  instead of compiling it again: `MeshComputation.compile` returns the executable
+  it holds (jax 0.10.2)."""
+  lowering = getattr(lowered, "_lowering", None)
+  executable = getattr(compiled, "_executable", None)
+  if (isinstance(lowering, _pxla.MeshComputation) and isinstance(executable, _pxla.MeshExecutable)
+      and getattr(lowering, "_executable", None) is None):
+    lowering._executable = executable
+  return lowered
+
+
 # The `jax.monitoring` duration event of every XLA compile (jax._src.dispatch).
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 

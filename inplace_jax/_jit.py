@@ -443,8 +443,11 @@ class InplaceJitted:
     return C.traced(q, args_flat)
 
   def lower(self, *args, **kwargs):
-    """`jax.stages.Lowered` of the program a call with these arguments runs."""
-    return self.trace(*args, **kwargs).lower()
+    """`jax.stages.Lowered` of the program a call with these arguments runs; its
+    `.compile()` gives the executable compiled to decide (nothing is compiled again)."""
+    q, args_flat, sig = self._params(args, kwargs)
+    lowered = C.traced(q, args_flat).lower()
+    return C.with_executable(lowered, sig.chosen.compiled)
 
   def eval_shape(self, *args, **kwargs):
     """The output shapes and dtypes of a call (nothing is compiled)."""

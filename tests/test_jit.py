@@ -219,6 +219,17 @@ def test_first_call_compiles_each_program_once_and_runs_the_one_inspected(copies
   for _ in range(3):
     out = g(out[0])
   assert len(compiles) == before
+  # `.lower().compile()` gives the executable that runs, compiling nothing again.
+  compiled = g.lower(fresh(_x())).compile()
+  assert len(compiles) == before
+  assert compiled.as_text() == sig.chosen.compiled.as_text()
+  assert_tree_equal((expect_x, expect_y), compiled(fresh(_x())))
+  # A new object lowers before any call: one decision, then the same executable.
+  h = inplace_jax.jit(f, donate_argnums=0, on_copy="ignore")
+  before = len(compiles)
+  compiled = h.lower(fresh(_x())).compile()
+  assert len(compiles) - before == len(h.signatures[-1].candidates)
+  assert_tree_equal((expect_x, expect_y), compiled(fresh(_x())))
 
 
 def test_small_loops_jax_jit_hoists_are_hoisted_in_the_sequenced_program():
