@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jaxlib
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import linear_util as _lu
 from jax._src import source_info_util as _siu
@@ -371,7 +372,6 @@ eval_jaxpr = _core.eval_jaxpr
 
 
 def checks_enabled() -> bool:
-  from jax._src import config as _config
   return bool(_config.enable_checks.value)
 
 
@@ -423,6 +423,7 @@ def predicted_aliases(jaxpr, donated) -> list[int | None]:
 # (`_run_python_pjit`), which lowers and compiles through jax's caches: a program
 # compiled for inspection (`traced(...).lower().compile()`) is the one that runs.
 
+from jax._src import dispatch as _dispatch  # noqa: E402
 from jax._src import pjit as _pjit  # noqa: E402
 from jax._src import stages as _stages  # noqa: E402
 from jax._src import traceback_util as _traceback_util  # noqa: E402
@@ -559,8 +560,6 @@ def run_compiled(p: Any, compiled: Any, args_flat, fun: Callable, args: tuple,
   inplace_jax compiled to inspect, dumped or not. Where jax.jit's call path does
   more than run (a trace, NaN/Inf debugging, key-reuse checks, profile-guided
   recompiles) or an argument is not one it runs as is, `run_params`."""
-  from jax._src import config as _config
-  from jax._src import dispatch as _dispatch
   plain_path = (compiled is None or not _core.trace_state_clean()
                 or _config.debug_key_reuse.value or _config.debug_nans.value
                 or _config.debug_infs.value or _config.enable_pgle.value
