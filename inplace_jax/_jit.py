@@ -308,8 +308,9 @@ class InplaceJitted:
     """`cand` judged by its kernels' LLVM IR (`_llvm.py`) as well as its HLO:
 
     * where every operation the HLO shows in another form is elementwise, it may
-      run if both programs' kernels compute the same floating-point expressions
-      (`settled_by_ir`);
+      run if both programs' kernels compute the same floating-point expressions,
+      or the same ones where one stores a value the other recomputes
+      (`_llvm.same_up_to_materialisation`) (`settled_by_ir`);
     * where the HLO shows the same arithmetic, it may not run if the kernels'
       multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`).
 
@@ -329,7 +330,8 @@ class InplaceJitted:
     if theirs is None:
       return cand
     if cand.changed:
-      if mine.values != theirs.values:
+      if mine.values != theirs.values and not _llvm.same_up_to_materialisation(
+          mine, theirs):
         return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
     if mine.contractions != theirs.contractions:

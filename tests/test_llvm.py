@@ -177,3 +177,92 @@ def test_multiply_adds_that_differ_in_the_ir_keep_jax_jits_program():
   sig = f.signatures[-1]
   assert any(c.changed == (_llvm.CONTRACTIONS,) for c in sig.candidates[1:])
   assert sig.chosen.changed == ()
+
+
+def _kernel(name: str, body: str) -> str:
+  return f"define void @{name}(ptr %p, ptr %q) {{\n{body}\n  ret void\n}}\n"
+
+
+# Kernel 1 stores s = x * 0.5 + -2 (one product, contracted into its add).
+_STORES = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %s = fadd float %m, -2.000000e+00
+  store float %s, ptr %q, align 4""")
+# Kernel 2 reads s back from memory ...
+_READS_BACK = _kernel("k2", """\
+  %y = load float, ptr %q, align 4
+  %z = fadd float %y, 1.000000e+00
+  store float %z, ptr %p, align 4""")
+# ... or recomputes it, as XLA does where it duplicates a cheap producer into a
+# consumer's fusion.
+_RECOMPUTES = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %s = fadd float %m, -2.000000e+00
+  %z = fadd float %s, 1.000000e+00
+  store float %z, ptr %p, align 4""")
+
+
+def test_ir_recomputing_a_stored_value_is_the_same_arithmetic():
+  """`same_up_to_materialisation`: a kernel that recomputes a value another kernel
+  stores, the same expression, computes what one loading it computes; the plain
+  fingerprint says "different"."""
+  a, b = _llvm.read([_STORES, _READS_BACK]), _llvm.read([_STORES, _RECOMPUTES])
+  assert a.values != b.values
+  assert _llvm.same_up_to_materialisation(a, b)
+  assert _llvm.same_up_to_materialisation(b, a)
+
+
+def test_ir_recomputation_that_can_round_differently_is_not_matched():
+  """Not matched where reading the value from memory can change how its consumer
+  rounds: a stored product recomputed next to the add it feeds (LLVM contracts the
+  pair into an FMA), a consumer that may reassociate, a recomputation in another
+  form."""
+  product = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  store float %m, ptr %q, align 4""")
+  fused = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %z = fadd float %m, 1.000000e+00
+  store float %z, ptr %p, align 4""")
+  assert not _llvm.same_up_to_materialisation(_llvm.read([product, _READS_BACK]),
+                                              _llvm.read([product, fused]))
+  reassoc = [t.replace("%z = fadd float", "%z = fadd reassoc float")
+             for t in (_READS_BACK, _RECOMPUTES)]
+  assert not _llvm.same_up_to_materialisation(_llvm.read([_STORES, reassoc[0]]),
+                                              _llvm.read([_STORES, reassoc[1]]))
+  other = _RECOMPUTES.replace("5.000000e-01", "2.500000e-01")
+  assert not _llvm.same_up_to_materialisation(_llvm.read([_STORES, _READS_BACK]),
+                                              _llvm.read([_STORES, other]))
+
+
+def argmin_over_an_update_picks_the_row_it_overwrites(b):
+  """A whole-buffer update whose argmin and argmax pick where to write into it
+  (fuzz seed 2040 #73): jax.jit's program recomputes `b * 0.5 - 2` inside the
+  argmin's and argmax's loops, reading the old buffer, so it copies it; the
+  sequenced one orders them before the write and reads the stored update back.
+  The same bits: the recomputation is the stored expression."""
+  b = b * 0.5 + -2.0
+  return lax.dynamic_update_slice(
+      b, jnp.resize(b[2:25, 19:24], (2, 21)),
+      (jnp.argmin(b[:, 16]) % 63, jnp.argmax(b[58]) % 4))
+
+
+def test_update_recomputed_in_its_readers_is_copy_free_and_exact(monkeypatch):
+  r = compare(argmin_over_an_update_picks_the_row_it_overwrites, _fresh((64, 24)))
+  assert r.ref_report.buffer_copies(1024), "jax.jit's program copies the buffer"
+  assert not r.report.buffer_copies(1024)
+  f = inplace_jax.jit(argmin_over_an_update_picks_the_row_it_overwrites,
+                      donate_argnums=0, on_copy="ignore")
+  f(_fresh((64, 24)))
+  sig = f.signatures[-1]
+  assert sig.program == "sequenced" and sig.chosen.settled_by_ir
+  # The plain IR fingerprint alone keeps jax.jit's program.
+  monkeypatch.setattr(_llvm, "same_up_to_materialisation", lambda a, b: False)
+  g = inplace_jax.jit(argmin_over_an_update_picks_the_row_it_overwrites,
+                      donate_argnums=0, on_copy="ignore")
+  g(_fresh((64, 24)))
+  assert g.signatures[-1].program == "jax.jit"
