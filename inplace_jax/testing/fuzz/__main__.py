@@ -32,7 +32,7 @@ from .shrink import shrink
 
 
 def kind(r: dict) -> str:
-  return failure_kind(r["status"], r["error"], r["detail"])
+  return failure_kind(r["status"], r["error"], r["detail"], r.get("certified"))
 
 
 def _shrink_all(seed: int, config: Config, failures: list[dict], workers: int,

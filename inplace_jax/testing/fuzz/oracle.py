@@ -15,7 +15,10 @@ on equal fresh inputs.
   jax.jit's;
 * "residual": the program is orderable by construction, jax.jit's program copies a
   buffer (a buffer copy of >= 1 KiB) and inplace_jax's still does: a copy remains
-  where an in-place order exists;
+  where an in-place order exists. Each residual program is also tried with its
+  reads tied by hand (`certify`): `Outcome.certified` is True where that program is
+  copy-free and bit-equal to jax.jit's on the program's inputs and on normal ones
+  (an exact in-place program exhibited), False where it copies or differs;
 * "unexplained": inplace_jax's program keeps a buffer copy of >= 1 KiB whose
   `CopyInfo.cause` is None;
 * "ok".
@@ -37,8 +40,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inplace_jax import _compat
+from inplace_jax._check import check_compiled
 from inplace_jax._equal import tree_difference
 from inplace_jax._harness import compare
+from inplace_jax._jit import compiler_options
 
 from .program import Buf, Program, build
 
@@ -103,6 +109,8 @@ class Outcome:
   program: str | None = None            # what inplace_jax.jit ran: jax.jit/sequenced
   residual: bool = False                # the "residual" condition holds
   unexplained: int = 0                  # buffer copies (>= 1 KiB) without a cause
+  certified: bool | None = None         # residual only: `certify`'s verdict
+  certificate: str = ""                 # what `certify` found
 
   @property
   def ok(self) -> bool:
@@ -299,21 +307,69 @@ def _tb(e: BaseException) -> str:
   return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-6))
 
 
-def check_program(p: Program) -> Outcome:
-  """The oracle on a generated program."""
+def certify(p: Program) -> tuple[bool, str]:
+  """Whether an exact in-place program of `p` is exhibited: its reads tied by hand
+  (`program.reference_source`, without and with a tie after each update), compiled
+  with barriers kept (with and without small-loop hoisting), copies no buffer (>= 1 KiB) and gives jax.jit's outputs bit
+  for bit on the program's inputs and, where those are not normal data, on normal
+  ones (integer data hides a changed rounding). (True/False, what was found.)
+
+  A certificate from values, not from the kernels: it says such a program exists
+  on these inputs; False says only that this one placement of ties copies or
+  changes a value, not that no exact in-place order exists."""
+  donate = tuple(range(len(p.bufs)))
+  plain = build(p)
+  modes = [p.data] + (["normal"] if p.data != "normal" else [])
+  want = [jax.jit(plain, donate_argnums=donate)(*make_inputs(p.bufs, p.data_seed, m))
+          for m in modes]
+  ours = tuple(compiler_options().items())
+  found = []
+  tries = [(after, options) for after in (False, True)
+           for options in dict.fromkeys((ours, _compat.small_loops_hoisted(ours, ())))]
+  for after, options in tries:
+    ref = build(p, reference=True, after_updates=after)
+    compiled = jax.jit(ref, donate_argnums=donate).lower(*p.specs).compile(
+        compiler_options=dict(options))
+    nbytes = sum(c.nbytes for c in check_compiled(compiled).buffer_copies(ORACLE_MIN_BYTES))
+    if nbytes:
+      found.append(f"copies {nbytes} buffer bytes")
+      continue
+    bad = [m for m, w in zip(modes, want)
+           if tree_difference(w, compiled(*make_inputs(p.bufs, p.data_seed, m)))
+           is not None]
+    if not bad:
+      return True, "the program with its reads tied by hand is copy-free and exact"
+    found.append(f"differs from jax.jit on {'/'.join(bad)} data")
+  return False, "the program with its reads tied by hand " + "; ".join(found)
+
+
+def check_program(p: Program, certify_residual: bool = True) -> Outcome:
+  """The oracle on a generated program; a residual one is also certified
+  (`certify`) unless `certify_residual` is False."""
   try:
     fn = build(p)
   except Exception as e:  # noqa: BLE001
     return Outcome("invalid", _tb(e), error=type(e).__name__, orderable=p.orderable,
                    constructs=tuple(sorted(p.constructs)))
-  return check_function(fn, p.bufs, p.data_seed, p.data, orderable=p.orderable,
-                        constructs=p.constructs, returns=p.returns)
+  out = check_function(fn, p.bufs, p.data_seed, p.data, orderable=p.orderable,
+                       constructs=p.constructs, returns=p.returns)
+  if out.status == "residual" and certify_residual:
+    try:
+      ok, why = certify(p)
+    except Exception as e:  # noqa: BLE001 - a reference XLA rejects certifies nothing
+      ok, why = False, f"the hand-tied reference failed: {type(e).__name__}: {e}"[:300]
+    out = dataclasses.replace(out, certified=ok, certificate=why)
+  return out
 
 
-def failure_kind(status: str, error: str | None, detail: str) -> str:
+def failure_kind(status: str, error: str | None, detail: str,
+                 certified: bool | None = None) -> str:
   """A failure's kind, to group failures and to keep shrinking on the same one:
-  the status, and for crashes the exception's message with numbers and ids
-  removed."""
+  the status, for crashes the exception's message with numbers and ids removed,
+  and for a residual copy whether an exact in-place program was exhibited
+  (`certify`)."""
+  if status == "residual" and certified:
+    return "residual (certified)"
   if status == "crash":
     lines = [ln for ln in detail.strip().splitlines() if ln and not ln.startswith(" ")]
     msg = next((ln for ln in reversed(lines) if error and f"{error}:" in ln),
@@ -330,4 +386,4 @@ def failure_kind(status: str, error: str | None, detail: str) -> str:
 
 
 def kind_of(o: Outcome) -> str:
-  return failure_kind(o.status, o.error, o.detail)
+  return failure_kind(o.status, o.error, o.detail, o.certified)

@@ -148,54 +148,103 @@ def statements(body):
 
 def source(p: Program) -> str:
   """The program as Python source defining `f`."""
+  return _source(p, None)
+
+
+def reference_source(p: Program, after_updates: bool = False) -> str:
+  """The program with its reads tied by hand: before each update of a buffer (a
+  statement that assigns it, or a block that carries it), the values computed from
+  it since its last update (`v = b0[3]`, `v = b0 @ w`, `o = b0`) are tied with it,
+  `(v, o, b0) = lax.optimization_barrier((v, o, b0))`, so that, compiled with
+  barriers kept (`inplace_jax.compiler_options()`), every read of a version runs
+  before its update. The fuzzer's certificate that an in-place order exists
+  (`oracle.certify`); whether the ties change arithmetic the certificate checks on
+  values. With `after_updates`, each updated buffer is also tied alone after its
+  update (`b0 = lax.optimization_barrier(b0)`), so that no later read of it is
+  forwarded to the version before."""
+  return _source(p, frozenset(b.name for b in p.bufs), after_updates)
+
+
+def _source(p: Program, tie: frozenset[str] | None, post: bool = False) -> str:
   lines = [f"def f({', '.join(b.name for b in p.bufs)}):"]
-  _render(p.body, lines, "  ")
+  _render(p.body, lines, "  ", tie, post)
   lines.append(f"  return ({', '.join(p.returns)},)")
   return "\n".join(lines) + "\n"
+
+
+_ASSIGN = re.compile(r"^(\w+) = (.*)$")
 
 
 def _tup(names: Sequence[str]) -> str:
   return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
 
-def _render(body, lines: list[str], ind: str) -> None:
+def _render(body, lines: list[str], ind: str, tie: frozenset[str] | None = None,
+            post: bool = False) -> None:
+  """`body` rendered; where `tie` (the buffers in scope) is given, with the reads
+  of each buffer tied with it before its next update (`reference_source`)."""
+  pending: dict[str, list[str]] = {}
+
+  def flush(updated) -> None:
+    for buf in sorted(updated):
+      reads = pending.pop(buf, [])
+      if reads:
+        names = _tup(reads + [buf])
+        lines.append(f"{ind}{names} = lax.optimization_barrier({names})")
+
   for node in body:
     if isinstance(node, Stmt):
+      m = _ASSIGN.match(node.code) if tie is not None else None
+      if m is not None and tie is not None and m.group(1) in tie:
+        flush({m.group(1)})
       lines.append(ind + node.code)
+      if post and m is not None and tie is not None and m.group(1) in tie:
+        lines.append(f"{ind}{m.group(1)} = lax.optimization_barrier({m.group(1)})")
+      if m is not None and tie is not None and m.group(1) not in tie:
+        for buf in tie:
+          reads = pending.setdefault(buf, [])
+          if re.search(rf"\b{buf}\b", m.group(2)) and m.group(1) not in reads:
+            reads.append(m.group(1))
     else:
-      _render_block(node, lines, ind)
+      if tie is not None:
+        flush(set(node.carried) & tie)
+      _render_block(node, lines, ind, tie, post)
 
 
-def _render_fn(name, args, prelude, body, ret, lines, ind):
+def _render_fn(name, args, prelude, body, ret, lines, ind, tie=None, post=False):
   lines.append(f"{ind}def {name}({', '.join(args)}):")
   inner = ind + "  "
   for p in prelude:
     lines.append(inner + p)
-  _render(body or [], lines, inner)
+  # Inside a body only the buffers it takes are its own: a closed-over one, if
+  # assigned there, would become a local of the body.
+  scope = None if tie is None else frozenset(a for a in args if a in tie)
+  _render(body or [], lines, inner, scope, post)
   lines.append(f"{inner}return {ret}")
 
 
-def _render_block(b: Block, lines: list[str], ind: str) -> None:
+def _render_block(b: Block, lines: list[str], ind: str,
+                  tie: frozenset[str] | None = None, post: bool = False) -> None:
   u, C, k = b.uid, list(b.carried), b.kind
   acc, c, i = f"a{u}", f"c{u}", f"i{u}"
   zero = "jnp.float32(0)"
   if k in ("fori", "fori_dyn"):
     _render_fn(f"body{u}", [i, c], [f"{_tup(C + [acc])} = {c}"], b.bodies[0],
-               _tup(C + [acc]), lines, ind)
+               _tup(C + [acc]), lines, ind, tie, post)
     lines.append(f"{ind}{_tup(C + [b.out])} = lax.fori_loop(0, {b.params['trips']}, "
                  f"body{u}, {_tup(C + [zero])})")
   elif k == "while":
     bound = str(b.params["trips"])
     if b.params.get("cond_read"):
       bound += f" + {b.params['cond_read'].format(c=c)}"
-    _render_fn(f"cond{u}", [c], [], [], f"{c}[0] < {bound}", lines, ind)
+    _render_fn(f"cond{u}", [c], [], [], f"{c}[0] < {bound}", lines, ind, tie, post)
     _render_fn(f"body{u}", [c], [f"{_tup([i] + C + [acc])} = {c}"], b.bodies[0],
-               _tup([f"{i} + 1"] + C + [acc]), lines, ind)
+               _tup([f"{i} + 1"] + C + [acc]), lines, ind, tie, post)
     lines.append(f"{ind}{_tup(['_'] + C + [b.out])} = lax.while_loop(cond{u}, body{u}, "
                  f"{_tup(['jnp.int32(0)'] + C + [zero])})")
   elif k == "scan":
     _render_fn(f"body{u}", [c, i], [f"{_tup(C)} = {c}", f"{acc} = {zero}"],
-               b.bodies[0], f"{_tup(C)}, {acc}", lines, ind)
+               b.bodies[0], f"{_tup(C)}, {acc}", lines, ind, tie, post)
     rev = ", reverse=True" if b.params.get("reverse") else ""
     lines.append(f"{ind}{_tup(C)}, {b.out} = lax.scan(body{u}, {_tup(C)}, "
                  f"jnp.arange({b.params['length']}, dtype=jnp.int32){rev})")
@@ -205,9 +254,9 @@ def _render_block(b: Block, lines: list[str], ind: str) -> None:
       name = f"br{u}_{j}"
       names.append(name)
       if body is None:
-        _render_fn(name, C, [], [], _tup(C + [zero]), lines, ind)
+        _render_fn(name, C, [], [], _tup(C + [zero]), lines, ind, tie, post)
       else:
-        _render_fn(name, C, [f"{acc} = {zero}"], body, _tup(C + [acc]), lines, ind)
+        _render_fn(name, C, [f"{acc} = {zero}"], body, _tup(C + [acc]), lines, ind, tie, post)
     if k == "cond":
       lines.append(f"{ind}{_tup(C + [b.out])} = lax.cond({b.params['pred']}, "
                    f"{', '.join(names)}, {', '.join(C)})")
@@ -216,7 +265,7 @@ def _render_block(b: Block, lines: list[str], ind: str) -> None:
                    f"[{', '.join(names)}], {', '.join(C)})")
   else:
     fn = f"fn{u}"
-    _render_fn(fn, C, [f"{acc} = {zero}"], b.bodies[0], _tup(C + [acc]), lines, ind)
+    _render_fn(fn, C, [f"{acc} = {zero}"], b.bodies[0], _tup(C + [acc]), lines, ind, tie, post)
     n = len(C)
     if k == "jit":
       call = f"jax.jit({fn})"
@@ -236,9 +285,11 @@ def _render_block(b: Block, lines: list[str], ind: str) -> None:
     lines.append(f"{ind}{_tup(C + [b.out])} = {call}({', '.join(C)})")
 
 
-def build(p: Program) -> Callable:
-  """The JAX function the program's source defines."""
-  return function_from_source(source(p), name=p.label or "fuzz")
+def build(p: Program, reference: bool = False, after_updates: bool = False) -> Callable:
+  """The JAX function the program's source defines (`reference`: the source with
+  its reads tied by hand, `reference_source`)."""
+  src = reference_source(p, after_updates) if reference else source(p)
+  return function_from_source(src, name=(p.label or "fuzz") + ("_ref" if reference else ""))
 
 
 def function_from_source(src: str, name: str = "fuzz", entry: str = "f") -> Callable:
