@@ -334,7 +334,7 @@ class InplaceJitted:
           mine, theirs):
         return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if mine.contractions != theirs.contractions:
+    if not _llvm.contractions_match(mine, theirs):
       return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
     return cand
 

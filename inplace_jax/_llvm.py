@@ -23,8 +23,17 @@ loops, which this reads as leaves.
 
 `_jit.py` uses it twice (`read`): a candidate whose HLO fingerprint differs from
 jax.jit's only in elementwise operations may run if the whole fingerprints are
-equal; a candidate whose HLO fingerprint is equal may not run if the kernels'
-multiply-adds (`contractions`) differ.
+equal, or equal up to values one program stores and the other recomputes
+(`same_up_to_materialisation`); a candidate whose HLO fingerprint is equal may not
+run if the kernels' multiply-adds differ (`contractions_match`).
+
+Where the exact fingerprints differ, the comparison is made on lane-free forms
+(`_lane_values`): the expression of one lane (vector and scalar code of one
+expression compute each element with the same instructions), with every
+multiply-add written out as LLVM forms it (the first operand of an add that is a
+product in its block with that one use), so that where a product is computed
+matters only through which FMA it makes (docs/xla_notes.md, "Which product an
+add takes").
 
 Pure text, like `_hlo.py`; no JAX import.
 """
@@ -180,11 +189,253 @@ _CONTRACTIBLE = frozenset({"fmul", "fneg", "fpext"})
 _REASSOCIATES = re.compile(r"\b(reassoc|fast)\b")
 _FLOAT_VALUE_TYPE = re.compile(
     r"<\d+ x (?:half|bfloat|float|double)>|\b(?:half|bfloat|float|double)\b")
-_ROOT_USES = re.compile(r"\*\d+$")
+_ROOT_USES = re.compile(r"\*(?:\d+|n)$")
 # Operations that round (or call a function that may): an expression without any
 # moves, picks or compares values only.
 _ROUNDING_OPS = frozenset(
     "fadd fsub fmul fdiv frem fptrunc sitofp uitofp fptosi fptoui call".split())
+
+
+# Lane-free forms (`_lane_values`). Vector code computes each lane
+# with the instruction the scalar code uses for one element (IEEE operations are
+# defined per element, and an FMA is formed per instruction from the same DAG in
+# either), so one lane's expression is what decides its bits; the lane moves
+# around it (a splat, an extraction, a masked load of a row's last elements) move
+# values without rounding. Not lane-free: calls (`@llvm.sin.v8f32` and
+# `@llvm.sin.f32` keep their names: XLA:CPU's vector and scalar transcendentals
+# may differ) and reductions across lanes.
+_VECTOR_TYPE = re.compile(r"<\d+ x (\w+)>")
+_SPLAT = re.compile(r"splat \((\w+) ([^()]+)\)")
+_VECTOR_CONSTANT = re.compile(r"<((?:half|bfloat|float|double) [^<>,]+)(?:, \1)*>")
+_WIDTH = re.compile(r"<(\d+) x ")
+_LANE_LOADS = re.compile(r"@llvm\.masked\.(?:load|gather|expandload)\.")
+_INSERT = re.compile(
+    r"^insertelement <\d+ x \w+> (?:poison|undef), \w+ (%[\w.\-]+), i\d+ 0$")
+_EXTRACT = re.compile(r"^extractelement <\d+ x \w+> (%[\w.\-]+), i\d+ \S+$")
+_BROADCAST = re.compile(r"^shufflevector <\d+ x \w+> (%[\w.\-]+), <\d+ x \w+> "
+                        r"(?:poison|undef), <\d+ x i32> zeroinitializer$")
+_SUM_TEXT = re.compile(r"^(fadd|fsub)((?: [a-z]+)*) (\w+) (.*)$")
+_PRODUCT_TEXT = re.compile(r"^fmul((?: [a-z]+)*) (\w+) (.*)$")
+_FLAG_WORDS = frozenset("nnan ninf nsz arcp contract afn reassoc fast".split())
+# Flags under which an operation rounds the same wherever its operands are
+# computed (the others let LLVM reassociate or approximate within a block).
+_PLAIN_FLAGS = frozenset({"nnan", "ninf", "nsz", "contract"})
+
+
+def _lane_text(text: str) -> str:
+  """An instruction's text with vector types and splatted constants of one lane."""
+  text = _SPLAT.sub(lambda m: m.group(2), text)
+  text = _VECTOR_CONSTANT.sub(lambda m: m.group(1).split(" ", 1)[1], text)
+  return _VECTOR_TYPE.sub(lambda m: m.group(1), text)
+
+
+def _lane_move(text: str) -> str | None:
+  """The value whose lane `text` moves (a scalar inserted into an empty vector,
+  a lane extracted, lane 0 broadcast), or None."""
+  for pattern in (_INSERT, _EXTRACT, _BROADCAST):
+    m = pattern.match(text)
+    if m is not None:
+      return m.group(1)
+  return None
+
+
+def _root_opcode(form: str) -> str:
+  m = re.match(r"(?:\^\()?([a-z]+)", form)
+  return m.group(1) if m else ""
+
+
+def _operands(text: str) -> list[str]:
+  """`text` split at its top-level commas."""
+  out, depth, start = [], 0, 0
+  for i, ch in enumerate(text):
+    if ch == "(":
+      depth += 1
+    elif ch == ")":
+      depth -= 1
+    elif ch == "," and depth == 0:
+      out.append(text[start:i].strip())
+      start = i + 1
+  out.append(text[start:].strip())
+  return out
+
+
+def _flags(text: str) -> frozenset[str]:
+  return frozenset(w for w in text.split() if w in _FLAG_WORDS)
+
+
+def _unmarked(form: str) -> str:
+  """A form without its own block mark (`^(...)`)."""
+  return form[2:-1] if form.startswith("^(") and form.endswith(")") else form
+
+
+def _lane_values(blocks: dict[str, list[str]],
+                 materialised: frozenset[str] | None = None,
+                 stored: set[str] | None = None,
+                 rounding_only: bool = False,
+                 resolve: bool = True) -> list[tuple[str, int]]:
+  """The floating-point values one function computes, each as the expression of
+  one lane with its number of lanes, in program order.
+
+  Where each multiply-add is formed is written out (`resolve`): LLVM's
+  instruction selection, one basic block at a time, folds an add or subtract
+  with a product operand into an FMA where the product is computed in the same
+  block, has that one use and no flags beyond `_PLAIN_FLAGS`; of two such
+  operands, the first (DAGCombiner's visitFADDForFMACombine and
+  visitFSUBForFMACombine, x86 not "aggressive": each product has one use). So an
+  add's form is `fma`/`fms`/`fnma` of its contracted product's operands and its
+  other operand, or the add of two rounded values (in either order: IEEE addition
+  commutes), and where an operand is computed no longer matters; it is kept,
+  block marks and product uses (`*1`: contractible, `*n`), where it could (an
+  add of a negated or widened product, which other folds take, and operations
+  with flags that let LLVM reassociate). `resolve=False` leaves every add of a
+  product unresolved, to group the forms by (`_lane_shares`).
+
+  `materialised`, `stored` and `rounding_only` as in `_function_values`; a
+  rounded product reads as a load of the same stored product."""
+  rhs: dict[str, str] = {}
+  where: dict[str, str] = {}
+  uses: collections.Counter = collections.Counter()
+  stores: list[tuple[str, str]] = []
+  for block, lines in blocks.items():
+    for line in lines:
+      m = _DEFINE.match(line)
+      if m:
+        rhs[m.group(1)], where[m.group(1)] = m.group(2), block
+      elif stored is not None and (s := _STORE.match(line)):
+        stores.append((s.group(1), block))
+      uses.update(_VALUE.findall(m.group(2) if m else line))
+  memo: dict[tuple[str, str], str] = {}
+  rounds: dict[tuple[str, str], bool] = {}
+
+  def source(name: str) -> str:
+    """The value whose lane `name` moves (a splat, an extraction), or `name`."""
+    seen = set()
+    while name in rhs and name not in seen:
+      seen.add(name)
+      moved = _lane_move(rhs[name])
+      if moved is None:
+        break
+      name = moved
+    return name
+
+  def contractible(name: str | None, home: str) -> bool:
+    return (name is not None and name in rhs and _opcode(rhs[name]) == "fmul"
+            and where[name] == home and uses[name] == 1
+            and _flags(rhs[name]) <= _PLAIN_FLAGS)
+
+  def operand(text: str, home: str, key: tuple[str, str], placed: bool,
+              consumer: str = "") -> str:
+    if not _VALUE.fullmatch(text):
+      return text                          # a constant
+    name = text
+    out = expr(name, home)
+    core = _unmarked(out)
+    if placed:
+      if name in rhs and _opcode(rhs[name]) == "fmul":
+        out = f"{out}*{'1' if contractible(name, home) else 'n'}"
+    else:
+      out = core
+    # Read back from memory, a value rounds as recomputed unless its consumer may
+    # reassociate, or an add could fold it in another way.
+    if (materialised and name in rhs and core in materialised
+        and not (placed and (_root_opcode(core) in _CONTRACTIBLE
+                             or not _flags(consumer) <= _PLAIN_FLAGS))):
+      ty = _FLOAT_VALUE_TYPE.search(_lane_text(rhs[name]))
+      if ty is not None:
+        return f"(load:{ty.group(0)})"
+    rounds[key] = rounds[key] or rounds.get((source(name), home), False)
+    return f"({out})"
+
+  def generic(text: str, home: str, key: tuple[str, str], placed: bool) -> str:
+    return _VALUE.sub(lambda m: operand(m.group(0), home, key, placed, text), text)
+
+  def summed(text: str, op: str, home: str, key: tuple[str, str]) -> str:
+    m = _SUM_TEXT.match(text)
+    ops = _operands(m.group(4)) if m else []
+    names: list[str | None] = [o if _VALUE.fullmatch(o) and o in rhs else None
+                               for o in ops]
+    if m is None or len(ops) != 2 or any(
+        n is not None and _opcode(rhs[n]) in ("fneg", "fpext") for n in names):
+      return generic(text, home, key, True)
+    head = f"{m.group(2)} {m.group(3)}"
+    chosen = next((i for i in (0, 1) if contractible(names[i], home)), None) \
+        if resolve else None
+    if chosen is None:
+      a, b = (operand(o, home, key, False) for o in ops)
+      if op == "fadd":
+        a, b = sorted((a, b))
+      return f"{op}{head} {a}, {b}"
+    product = names[chosen]
+    assert product is not None
+    p = _PRODUCT_TEXT.match(_lane_text(rhs[product]))
+    factors = _operands(p.group(3)) if p else []
+    if p is None or len(factors) != 2:
+      return generic(text, home, key, True)
+    x, y = sorted(operand(f, home, key, False) for f in factors)
+    other = operand(ops[1 - chosen], home, key, False)
+    kind = "fma" if op == "fadd" else ("fms" if chosen == 0 else "fnma")
+    rounds[key] = True
+    return f"{kind}{head}|{p.group(1)} {x}, {y}, {other}"
+
+  def expr(name: str, block: str) -> str:
+    if name not in rhs:
+      return "arg"
+    key = (name, block)
+    hit = memo.get(key)
+    if hit is not None:
+      return hit
+    src = source(name)
+    if src != name:
+      out = expr(src, block) if src in rhs else "arg"
+      memo[key] = out
+      return out
+    text = _lane_text(rhs[name])
+    op = _opcode(text)
+    if _LANE_LOADS.search(text):
+      ty = _FLOAT_VALUE_TYPE.search(text)
+      op, text = "load", f"load {ty.group(0) if ty else '?'}"
+    if op == "load":
+      out = "load:" + text.split(",")[0][len("load"):].strip()
+    elif op in _INTEGER_OPS:
+      out = "int"
+    elif op == "phi":
+      out = "phi:" + text.split("[")[0][len("phi"):].strip()
+    else:
+      home = where[name]
+      rounds[key] = op in _ROUNDING_OPS
+      placed = not _flags(text) <= _PLAIN_FLAGS
+      if op in ("fadd", "fsub") and not placed:
+        out = summed(text, op, home, key)
+      elif op == "fmul" and not placed:
+        p = _PRODUCT_TEXT.match(text)
+        factors = _operands(p.group(3)) if p else []
+        if p is not None and len(factors) == 2:
+          x, y = sorted(operand(f, home, key, False) for f in factors)
+          out = f"fmul{p.group(1)} {p.group(2)} {x}, {y}"
+        else:
+          out = generic(text, home, key, False)
+      else:
+        out = generic(text, home, key, placed)
+      if len(out) > _LIMIT:
+        out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
+    if where[name] != block:
+      out = f"^({out})"
+    memo[key] = out
+    return out
+
+  values: list[tuple[str, int]] = []
+  for name, text in rhs.items():
+    op = _opcode(text)
+    if op in _FLOAT_OPS or (op in _MOVES and _FLOAT_TYPE.search(text)):
+      if _lane_move(text) or _LANE_LOADS.search(text):
+        continue      # the lane it moves is listed where it is computed
+      form = expr(name, where[name])
+      if not rounding_only or rounds.get((name, where[name]), False):
+        width = _WIDTH.search(text.split(",")[0])
+        values.append((form, int(width.group(1)) if width else 1))
+  if stored is not None:
+    stored.update(_unmarked(expr(n, b)) for n, b in stores if n in rhs)
+  return values
 
 
 def _root_form(form: str) -> str:
@@ -218,7 +469,29 @@ def fingerprint(texts: Iterable[str]) -> frozenset[tuple[str, int]] | None:
 CONTRACTIONS = "the multiply-adds of its kernels (their LLVM IR)"
 _SUM = re.compile(r"^(\^\()?(fadd|fsub) ")
 _PRODUCT = re.compile(r"\bfmul\b|llvm\.fma|fmuladd")
-_PLACEMENT = re.compile(r"\^\(|\*\d+")
+_PLACEMENT = re.compile(r"\*(?:\d+|n)")
+
+
+def _unplaced(form: str) -> str:
+  """`form` without its placement: block marks (`^(...)`, both parentheses), use
+  counts and number of lanes."""
+  out: list[str] = []
+  closes: list[bool] = []     # per open parenthesis: whether it opened a block mark
+  i = 0
+  while i < len(form):
+    if form.startswith("^(", i):
+      closes.append(True)
+      i += 2
+      continue
+    ch = form[i]
+    if ch == "(":
+      closes.append(False)
+    elif ch == ")" and closes and closes.pop():
+      i += 1
+      continue
+    out.append(ch)
+    i += 1
+  return _PLACEMENT.sub("", "".join(out))
 
 
 def contractions(texts: Iterable[str]) -> frozenset | None:
@@ -243,7 +516,7 @@ def _contractions(functions: Sequence[dict[str, list[str]]],
   groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for form, n in values.items():
     if _SUM.match(form) and _PRODUCT.search(form):
-      groups[_PLACEMENT.sub("", form)][form] += n
+      groups[_unplaced(form)][form] += n
   return frozenset(
       (key, frozenset((form, fractions.Fraction(n, sum(g.values())))
                       for form, n in g.items()))
@@ -291,25 +564,73 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
   code where the consumer is scalar) is not matched."""
   if not a.functions or not b.functions:
     return False
-  def stored(product_uses_only: bool) -> frozenset[str]:
-    out: set[str] = set()
-    for blocks in (*a.functions, *b.functions):
-      _function_values(blocks, product_uses_only, stored=out)
-    return frozenset(out)
-
-  materialised, products = stored(False), stored(True)
-  if not materialised or (_contractions(a.functions, products)
-                          != _contractions(b.functions, products)):
+  materialised: set[str] = set()
+  unresolved: set[str] = set()
+  for blocks in (*a.functions, *b.functions):
+    _lane_values(blocks, stored=materialised)
+    _lane_values(blocks, stored=unresolved, resolve=False)
+  if not materialised:
+    return False
+  stored = (frozenset(materialised), frozenset(unresolved))
+  if not _shares_match(_lane_shares(a.functions, *stored),
+                       _lane_shares(b.functions, *stored)):
     return False
 
   def forms(k: Kernels) -> frozenset[str]:
-    out: set[str] = set()
-    for blocks in k.functions:
-      out.update(_root_form(f) for f in _function_values(
-          blocks, materialised=materialised, rounding_only=True))
-    return frozenset(out)
+    return frozenset(form for blocks in k.functions for form, _ in _lane_values(
+        blocks, materialised=stored[0], rounding_only=True))
 
   return forms(a) == forms(b)
+
+
+def contractions_match(a: Kernels, b: Kernels) -> bool:
+  """Whether two programs' kernels form the same multiply-adds: the same shares
+  (`contractions`), or the same lane-free ones (`_lane_shares`), which vector and
+  scalar code of one expression have alike, and placements that form the same
+  FMAs too."""
+  if a.contractions == b.contractions:
+    return True
+  return bool(a.functions and b.functions) and _shares_match(
+      _lane_shares(a.functions), _lane_shares(b.functions))
+
+
+def _lane_shares(functions: Sequence[dict[str, list[str]]],
+                 materialised: frozenset[str] | None = None,
+                 unresolved: frozenset[str] | None = None
+                 ) -> dict[str, collections.Counter]:
+  """Each add or subtract with a product in its expression (`_lane_values` with
+  `resolve=False`, `unresolved` its stored forms), with how often it is formed
+  each way (resolved, with `materialised`) and with how many lanes."""
+  groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+  for blocks in functions:
+    formed = _lane_values(blocks, materialised=materialised)
+    plain = _lane_values(blocks, materialised=unresolved, resolve=False)
+    for (form, lanes), (key, _) in zip(formed, plain, strict=True):
+      if _SUM.match(key) and _PRODUCT.search(key):
+        groups[_unplaced(key)][(form, lanes)] += 1
+  return groups
+
+
+def _shares_match(a: dict[str, collections.Counter],
+                  b: dict[str, collections.Counter]) -> bool:
+  """Whether two programs contract alike: the same sums with products, each formed
+  one way only, the same in both (then every element is, whatever the vector
+  width), or else in the same shares of form and width."""
+  if a.keys() != b.keys():
+    return False
+  for key, ga in a.items():
+    gb = b[key]
+    formed = {form for form, _ in ga}
+    if len(formed) == 1 and formed == {form for form, _ in gb}:
+      continue
+    if _shares(ga) != _shares(gb):
+      return False
+  return True
+
+
+def _shares(group: collections.Counter) -> dict:
+  total = sum(group.values())
+  return {k: fractions.Fraction(n, total) for k, n in group.items()}
 
 
 class Dump:

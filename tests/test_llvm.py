@@ -266,3 +266,166 @@ def test_update_recomputed_in_its_readers_is_copy_free_and_exact(monkeypatch):
                       donate_argnums=0, on_copy="ignore")
   g(_fresh((64, 24)))
   assert g.signatures[-1].program == "jax.jit"
+
+
+# Multiply-adds as LLVM forms them (`_llvm._lane_values`): an add or subtract takes
+# the first of its operands that is a product computed in its block with that one
+# use; where the others are computed no longer matters.
+def _sub_of_products(first_hoisted: bool, second_hoisted: bool) -> str:
+  pre, loop = [], []
+  (pre if first_hoisted else loop).append("  %m = fmul float %x0, 9.900000e-01")
+  (pre if second_hoisted else loop).append("  %n = fmul float %y0, 5.000000e-01")
+  return _ir("\n".join([
+      "  %a = load ptr, ptr %0, align 8",
+      "  %x0 = load float, ptr %a, align 4",
+      "  %y0 = load float, ptr %a, align 4", *pre,
+      "  br label %loop",
+      "loop:", *loop,
+      "  %s = fsub float %m, %n",
+      "  store float %s, ptr %a, align 4",
+      "  br label %loop"]))
+
+
+def test_ir_an_fma_is_formed_from_the_first_contractible_product():
+  both = _llvm.read([_sub_of_products(False, False)])
+  second_out = _llvm.read([_sub_of_products(False, True)])
+  first_out = _llvm.read([_sub_of_products(True, False)])
+  assert both.contractions != second_out.contractions   # the placements differ
+  # x * 0.99 is contracted either way, y * 0.5 rounded either way: the same FMA.
+  assert _llvm.contractions_match(both, second_out)
+  # With x * 0.99 out of the loop, y * 0.5 is contracted instead: another FMA.
+  assert not _llvm.contractions_match(both, first_out)
+
+
+def test_ir_an_fma_matches_measured_xla_cpu():
+  """What the model above rests on, measured on this machine's XLA:CPU: in
+  `x * a - y * b` the first product is contracted (its result equals the FMA of x
+  and a with y * b rounded), and `x * a + y` is one FMA."""
+  import numpy as np
+  x, y = (np.asarray(_fresh((64, 64), seed=s)) for s in (1, 2))
+  a, b = np.float32(0.99), np.float32(0.5)
+  got = np.asarray(jax.jit(lambda x, y: x * a - y * b)(x, y))
+  first = (x.astype(np.float64) * np.float64(a) - (y * b).astype(np.float64)).astype(
+      np.float32)
+  assert (got == first).all()
+  assert (got != x * a - y * b).any()       # rounded twice: not what XLA computes
+
+
+def _lane_kernels(vector: bool) -> str:
+  """Kernel 1 stores s = x * 0.99 - y * 0.25, 8 lanes wide or one element at a
+  time; kernel 2 recomputes it, one element, to compare it."""
+  if vector:
+    k1 = _kernel("k1", """\
+  %x = load <8 x float>, ptr %p, align 4
+  %y = call <8 x float> @llvm.masked.load.v8f32.p0(ptr %q, i32 4, <8 x i1> %mask, <8 x float> poison)
+  %m = fmul <8 x float> %x, splat (float 9.900000e-01)
+  %n = fmul <8 x float> %y, <float 2.500000e-01, float 2.500000e-01, float 2.500000e-01, float 2.500000e-01, float 2.500000e-01, float 2.500000e-01, float 2.500000e-01, float 2.500000e-01>
+  %s = fsub <8 x float> %m, %n
+  store <8 x float> %s, ptr %p, align 4""")
+  else:
+    k1 = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  %m = fmul float %x, 9.900000e-01
+  %n = fmul float %y, 2.500000e-01
+  %s = fsub float %m, %n
+  store float %s, ptr %p, align 4""")
+  return k1
+
+
+_RECOMPUTED_LANE = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  %m = fmul float %x, 9.900000e-01
+  %n = fmul float %y, 2.500000e-01
+  %s = fsub float %m, %n
+  %c = fcmp ogt float %s, 0.000000e+00
+  %z = select i1 %c, float %s, float 0.000000e+00
+  store float %z, ptr %q, align 4""")
+_READ_LANE = _kernel("k2", """\
+  %s = load float, ptr %p, align 4
+  %c = fcmp ogt float %s, 0.000000e+00
+  %z = select i1 %c, float %s, float 0.000000e+00
+  store float %z, ptr %q, align 4""")
+
+
+def test_ir_vector_and_scalar_code_of_one_expression_match():
+  """A value stored by 8-lane code (its last lanes through a masked load) and
+  recomputed one element at a time in another kernel is the same arithmetic; so is
+  scalar code for vector code. Not a vector transcendental for a scalar one."""
+  for vector in (True, False):
+    a = _llvm.read([_lane_kernels(vector), _READ_LANE])
+    b = _llvm.read([_lane_kernels(vector), _RECOMPUTED_LANE])
+    assert a.values != b.values
+    assert _llvm.same_up_to_materialisation(a, b)
+  sin = [t.replace("%s = fsub <8 x float> %m, %n",
+                   "%t = fsub <8 x float> %m, %n\n"
+                   "  %s = call <8 x float> @llvm.sin.v8f32(<8 x float> %t)")
+         for t in (_lane_kernels(True),)]
+  scalar_sin = _RECOMPUTED_LANE.replace(
+      "%s = fsub float %m, %n",
+      "%t = fsub float %m, %n\n  %s = call float @llvm.sin.f32(float %t)")
+  assert not _llvm.same_up_to_materialisation(_llvm.read([sin[0], _READ_LANE]),
+                                              _llvm.read([sin[0], scalar_sin]))
+
+
+def test_ir_operand_order_matters_only_between_two_products():
+  """IEEE addition commutes: `a + y` and `y + a` are one value, and so are `m + n`
+  and `n + m` where the product m has another use (only n can be contracted). Of
+  two contractible products, the first is contracted: another value."""
+  def kernel(order: str, m_used_twice: bool) -> _llvm.Kernels:
+    other = "%a = fadd float %m, 1.000000e+00" if m_used_twice else \
+        "%a = fadd float %x, 1.000000e+00"
+    k = _llvm.read([_kernel("k", f"""\
+  %x = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  %m = fmul float %x, 5.000000e-01
+  {other}
+  %n = fmul float %y, 2.500000e-01
+  %s = fadd float {order}
+  store float %a, ptr %q, align 4
+  store float %s, ptr %p, align 4""")])
+    assert k is not None
+    return k
+
+  assert _llvm.contractions_match(kernel("%a, %y", True), kernel("%y, %a", True))
+  assert _llvm.contractions_match(kernel("%m, %n", True), kernel("%n, %m", True))
+  assert not _llvm.contractions_match(kernel("%m, %n", False), kernel("%n, %m", False))
+
+
+def sgd_step_with_a_row_picked_by_argmax(b):
+  """Fuzz seed 2040 #82, shrunk: a whole-buffer step that subtracts a row picked by
+  an argmax, then a row set. Tied, the row's product is hoisted out of the loop
+  over rows where jax.jit's kernel computes it in the loop; the FMA is formed from
+  `b * 0.99` either way."""
+  v = b[jnp.argmax(b[10]) % 24]
+  b = b * 0.99 - 0.5 * v
+  return b.at[21].set(b[9])
+
+
+def sgd_step_whose_row_another_buffer_gets(b0, b1):
+  """Seed 2040 #87, shrunk: jax.jit's program recomputes row 28 of the step, one
+  element at a time, in the kernel that writes it into the other buffer; the
+  sequenced one reads the row the 8-lane step stored."""
+  b1 = b1 * 0.99 - 0.25 * b1[27]
+  return b0.at[:, 18].set(jnp.resize(b1[28], (24,))), b1
+
+
+def row_added_with_its_operands_swapped(b0):
+  """Seed 2040 #205, shrunk: the sequenced kernel adds the same two values in the
+  other order."""
+  v = b0[jnp.arange(1) * 3 % 32, jnp.arange(1) * 3 % 32]
+  return v, b0.at[21].add(jnp.resize(v, (32,)) * 0.5 + 1)
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (sgd_step_with_a_row_picked_by_argmax, [(24, 16)]),
+    (sgd_step_whose_row_another_buffer_gets, [(24, 24), (48, 32)]),
+    (row_added_with_its_operands_swapped, [(32, 32)]),
+], ids=lambda x: getattr(x, "__name__", ""))
+def test_same_multiply_adds_in_other_code_are_copy_free_and_exact(fn, shapes):
+  for seed in range(2):
+    args = [_fresh(s, seed=seed + i) for i, s in enumerate(shapes)]
+    r = compare(fn, *args, donate_argnums=tuple(range(len(shapes))))
+    assert r.ref_report.buffer_copies(1024), "jax.jit's program copies a buffer"
+    assert not r.report.buffer_copies(1024)
