@@ -83,7 +83,17 @@ def clip_to_column(x, j):
   return jnp.where(x > 0, x, jnp.resize(col, x.shape))
 
 
+def step_reading_the_buffer_then_row_set(x, y):
+  """`y - 0.01 * x` reads all of x before x's row is set (fuzz seed 2040 #370,
+  shrunk): the product may not be tied (an FMA would split), so the whole
+  expression is, its multiply-add in one fusion as under jax.jit."""
+  y = y - 0.01 * x
+  return x.at[0].set(x[17]), y
+
+
 CASES = {
+    "step_reading_the_buffer_then_row_set": (
+        step_reading_the_buffer_then_row_set, lambda: (_x(), _x(1)), (0, 1), ()),
     "clip_to_column": (clip_to_column, lambda: (_x(), jnp.int32(5)), (0,), ()),
     "swap_then_read": (swap_then_read, lambda: (_x(), 3), (0,), (1,)),
     "read_between_updates": (read_between_updates, lambda: (_x(),), (0,), ()),
