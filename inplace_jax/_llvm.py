@@ -564,23 +564,41 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
   code where the consumer is scalar) is not matched."""
   if not a.functions or not b.functions:
     return False
-  materialised: set[str] = set()
-  unresolved: set[str] = set()
-  for blocks in (*a.functions, *b.functions):
-    _lane_values(blocks, stored=materialised)
-    _lane_values(blocks, stored=unresolved, resolve=False)
+  both = (*a.functions, *b.functions)
+  materialised = frozenset().union(*(_lane(f)[1] for f in both))
   if not materialised:
-    return False
-  stored = (frozenset(materialised), frozenset(unresolved))
-  if not _shares_match(_lane_shares(a.functions, *stored),
-                       _lane_shares(b.functions, *stored)):
     return False
 
   def forms(k: Kernels) -> frozenset[str]:
-    return frozenset(form for blocks in k.functions for form, _ in _lane_values(
-        blocks, materialised=stored[0], rounding_only=True))
+    return frozenset(form for blocks in k.functions
+                     for form, _ in _lane(blocks, materialised, rounding_only=True)[0])
 
-  return forms(a) == forms(b)
+  if forms(a) != forms(b):
+    return False
+  unresolved = frozenset().union(*(_lane(f, resolve=False)[1] for f in both))
+  return _shares_match(_lane_shares(a.functions, materialised, unresolved),
+                       _lane_shares(b.functions, materialised, unresolved))
+
+
+# `_lane_values` by function text and arguments: jax.jit's program's kernels are
+# compared with each candidate's, and most kernels are the same in both.
+_LANE_MEMO: dict[tuple, tuple[tuple[tuple[str, int], ...], frozenset[str]]] = {}
+
+
+def _lane(blocks: dict[str, list[str]], materialised: frozenset[str] | None = None,
+          rounding_only: bool = False, resolve: bool = True
+          ) -> tuple[tuple[tuple[str, int], ...], frozenset[str]]:
+  """`_lane_values` of `blocks` and the forms it stores, memoised."""
+  key = (tuple((k, tuple(v)) for k, v in blocks.items()), materialised,
+         rounding_only, resolve)
+  hit = _LANE_MEMO.get(key)
+  if hit is None:
+    stored: set[str] = set()
+    values = _lane_values(blocks, materialised, stored, rounding_only, resolve)
+    if len(_LANE_MEMO) > 4096:
+      _LANE_MEMO.clear()
+    hit = _LANE_MEMO[key] = (tuple(values), frozenset(stored))
+  return hit
 
 
 def contractions_match(a: Kernels, b: Kernels) -> bool:
@@ -603,8 +621,8 @@ def _lane_shares(functions: Sequence[dict[str, list[str]]],
   each way (resolved, with `materialised`) and with how many lanes."""
   groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for blocks in functions:
-    formed = _lane_values(blocks, materialised=materialised)
-    plain = _lane_values(blocks, materialised=unresolved, resolve=False)
+    formed = _lane(blocks, materialised)[0]
+    plain = _lane(blocks, unresolved, resolve=False)[0]
     for (form, lanes), (key, _) in zip(formed, plain, strict=True):
       if _SUM.match(key) and _PRODUCT.search(key):
         groups[_unplaced(key)][(form, lanes)] += 1
