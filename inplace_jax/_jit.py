@@ -352,13 +352,25 @@ class InplaceJitted:
     # Only the buffers jax.jit's program copies are sequenced: the others it
     # already updates in place, and are left exactly as they are.
     buffers = _copied_buffers(p, plain.report, threshold)
-    candidates, best, best_plan, plans = [plain], plain, None, []
-    hints, last, seen = _plan.Hints(), plain, []
-    plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     # Small loops hoisted as jax.jit's compile hoists them, where it did: else
     # they run as loops of kernels (`_compat.small_loops_hoisted`).
     options = (C.small_loops_hoisted(self._our_options, self._user_options)
                if plain.small_calls else self._our_options)
+    try:
+      best, best_plan, plans, candidates = self._rounds(
+          p, args_flat, buffers, plain, options, threshold)
+    finally:
+      _llvm.forget()
+    return self._made(best, best_plan or plans[-1], tuple(candidates),
+                      _why(best, plain, candidates, threshold), threshold,
+                      notes=[k for q in plans for k in q.all_conflicts()])
+
+  def _rounds(self, p, args_flat, buffers, plain: Candidate, options, threshold):
+    """The sequenced candidates, round by round (`_next_hints`): the best one, its
+    plan, every plan and every candidate compiled (jax.jit's first)."""
+    candidates, best, best_plan, plans = [plain], plain, None, []
+    hints, last, seen = _plan.Hints(), plain, []
+    plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     while len(candidates) <= 1 + REFINE_ROUNDS:
       new, plan = self._sequenced(p, buffers, hints)
       plans.append(plan)
@@ -375,9 +387,7 @@ class InplaceJitted:
       if nxt is None or nxt == hints:
         break
       hints = nxt
-    return self._made(best, best_plan or plans[-1], tuple(candidates),
-                      _why(best, plain, candidates, threshold), threshold,
-                      notes=[k for q in plans for k in q.all_conflicts()])
+    return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
     return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,

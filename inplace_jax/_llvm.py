@@ -581,8 +581,14 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
 
 
 # `_lane_values` by function text and arguments: jax.jit's program's kernels are
-# compared with each candidate's, and most kernels are the same in both.
+# compared with each candidate's, and most kernels are the same in both. Emptied
+# when a signature is decided (`forget`), so no IR outlives its compile.
 _LANE_MEMO: dict[tuple, tuple[tuple[tuple[str, int], ...], frozenset[str]]] = {}
+
+
+def forget() -> None:
+  """Drops the memoised lane-free forms (`_lane`)."""
+  _LANE_MEMO.clear()
 
 
 def _lane(blocks: dict[str, list[str]], materialised: frozenset[str] | None = None,
