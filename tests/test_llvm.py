@@ -429,3 +429,14 @@ def test_same_multiply_adds_in_other_code_are_copy_free_and_exact(fn, shapes):
     r = compare(fn, *args, donate_argnums=tuple(range(len(shapes))))
     assert r.ref_report.buffer_copies(1024), "jax.jit's program copies a buffer"
     assert not r.report.buffer_copies(1024)
+
+
+def test_ir_multiply_add_shares_compare_hoisted_with_in_loop():
+  """One expression hoisted in one kernel and contracted in the loop in three,
+  against the other way round: the same expressions, other elements contracted.
+  Both views compare the shares of hoisted and in-loop instances in one group."""
+  a = _llvm.read([_HOISTED, _IN_LOOP, _IN_LOOP, _IN_LOOP])
+  b = _llvm.read([_HOISTED, _HOISTED, _HOISTED, _IN_LOOP])
+  assert a.contractions != b.contractions
+  assert not _llvm.contractions_match(a, b)
+  assert _llvm.contractions_match(a, _llvm.read([_IN_LOOP, _HOISTED, _IN_LOOP, _IN_LOOP]))
