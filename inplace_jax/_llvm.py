@@ -99,6 +99,24 @@ def _opcode(rhs: str) -> str:
   return words[0] if words else ""
 
 
+def _definitions(blocks: dict[str, list[str]]):
+  """One function's values: each one's instruction text and block, how many uses
+  each has, and each float store (the value stored, the block)."""
+  rhs: dict[str, str] = {}
+  where: dict[str, str] = {}
+  uses: collections.Counter = collections.Counter()
+  stores: list[tuple[str, str]] = []
+  for block, lines in blocks.items():
+    for line in lines:
+      m = _DEFINE.match(line)
+      if m:
+        rhs[m.group(1)], where[m.group(1)] = m.group(2), block
+      elif s := _STORE.match(line):
+        stores.append((s.group(1), block))
+      uses.update(_VALUE.findall(m.group(2) if m else line))
+  return rhs, where, uses, stores
+
+
 def _function_values(blocks: dict[str, list[str]],
                      product_uses_only: bool = False,
                      materialised: frozenset[str] | None = None,
@@ -114,18 +132,7 @@ def _function_values(blocks: dict[str, list[str]],
   and the consumer may not reassociate). `stored`, where given, collects the
   expressions this function stores, in that form. With `rounding_only`, only
   values whose expression holds an operation that rounds are listed."""
-  rhs: dict[str, str] = {}
-  where: dict[str, str] = {}
-  uses: collections.Counter = collections.Counter()
-  stores: list[tuple[str, str]] = []
-  for block, lines in blocks.items():
-    for line in lines:
-      m = _DEFINE.match(line)
-      if m:
-        rhs[m.group(1)], where[m.group(1)] = m.group(2), block
-      elif stored is not None and (s := _STORE.match(line)):
-        stores.append((s.group(1), block))
-      uses.update(_VALUE.findall(m.group(2) if m else line))
+  rhs, where, uses, stores = _definitions(blocks)
   memo: dict[tuple[str, str], str] = {}
   rounds: dict[tuple[str, str], bool] = {}
 
@@ -292,18 +299,7 @@ def _lane_values(blocks: dict[str, list[str]],
 
   `materialised`, `stored` and `rounding_only` as in `_function_values`; a
   rounded product reads as a load of the same stored product."""
-  rhs: dict[str, str] = {}
-  where: dict[str, str] = {}
-  uses: collections.Counter = collections.Counter()
-  stores: list[tuple[str, str]] = []
-  for block, lines in blocks.items():
-    for line in lines:
-      m = _DEFINE.match(line)
-      if m:
-        rhs[m.group(1)], where[m.group(1)] = m.group(2), block
-      elif stored is not None and (s := _STORE.match(line)):
-        stores.append((s.group(1), block))
-      uses.update(_VALUE.findall(m.group(2) if m else line))
+  rhs, where, uses, stores = _definitions(blocks)
   memo: dict[tuple[str, str], str] = {}
   rounds: dict[tuple[str, str], bool] = {}
 
