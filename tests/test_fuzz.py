@@ -283,3 +283,15 @@ def test_certificate_refused_where_the_tied_program_copies():
   p = _program("o1 = b0", "b0 = b0.at[0].set(1.0)", returns=("b0", "o1"))
   ok, why = fuzz.certify(p)
   assert not ok and "copies" in why
+
+
+def test_shrinking_keeps_casts_to_int32():
+  """A shrunk program keeps the cast that makes an integer buffer's update value
+  an integer (dropped, JAX converts the whole buffer to add a float: a copy that is
+  no residual); other casts go."""
+  import importlib
+  # The package re-exports the function `shrink` under the module's name.
+  simpler = importlib.import_module("inplace_jax.testing.fuzz.shrink")._simpler
+  assert all(".astype(jnp.int32)" in v
+             for v in simpler("b0 = b0.at[1].add(jnp.max(v4).astype(jnp.int32) * 2 + 1)"))
+  assert "a = a + jnp.sum(v)" in list(simpler("a = a + jnp.sum(v).astype(jnp.float32)"))
