@@ -859,7 +859,29 @@ def row_add_of_negated_square(b0, b1):
   return (b1, b0,)
 
 
+def square_step_then_column_add_of_it(b0, b1, b2):
+  """Seed 2063 #8875 (found at f9cd321). Oracle: inexact, 1 ulp in one element of
+  b2. `b2 + (b2 * b2) * -0.5`, then a column of `b2 * b2` added into it: the
+  lane-free comparison of stored and recomputed values (1c84ba6) called the
+  sequenced program's kernels equal to jax.jit's; the exact forms, restored for
+  that comparison, do not."""
+  v1 = b2 @ (jnp.arange(96, dtype=jnp.float32).reshape(24, 4) % 7 - 3) * 0.125
+  v2 = b2 * b2
+  b2 = b2 + v2 * -0.5
+  b2 = b2.at[11:15, 12:13].add(jnp.resize(v2, (4, 1)))
+  v3 = b0[(jnp.arange(5, dtype=jnp.int32) * 3 + jnp.int32(11)) % 32,
+          (jnp.arange(5, dtype=jnp.int32) * 1 + jnp.argmin(b2[:, 12]) % 48) % 48]
+  b2 = b2.at[2:25].add(-2.0)
+  v4 = b1[jnp.int32(3)] @ ((jnp.arange(128, dtype=jnp.float32).reshape(32, 4) % 7 - 3)
+                          * 0.125).astype(jnp.bfloat16)
+  b2 = b2.at[22, 3:7].add(v4[0:4].astype(jnp.float32))
+  return (b1, b2, v2, v1, b0,)
+
+
 REGRESSIONS = [
+    _case(square_step_then_column_add_of_it, Buf("b0", (32, 48), "int32"),
+          Buf("b1", (16, 32), "bfloat16"), f32("b2", 32, 24),
+          data="normal", data_seed=392472710),
     _case(row_add_of_negated_square, f32("b0", 16, 16), f32("b1", 32, 32),
           data_seed=452634729),
     _case(row_add_then_whole_buffer_shift, f32("b0", 16, 32), f32("b1", 9, 9),

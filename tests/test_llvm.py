@@ -349,24 +349,13 @@ _READ_LANE = _kernel("k2", """\
   store float %z, ptr %q, align 4""")
 
 
-def test_ir_vector_and_scalar_code_of_one_expression_match():
-  """A value stored by 8-lane code (its last lanes through a masked load) and
-  recomputed one element at a time in another kernel is the same arithmetic; so is
-  scalar code for vector code. Not a vector transcendental for a scalar one."""
-  for vector in (True, False):
-    a = _llvm.read([_lane_kernels(vector), _READ_LANE])
-    b = _llvm.read([_lane_kernels(vector), _RECOMPUTED_LANE])
-    assert a.values != b.values
-    assert _llvm.same_up_to_materialisation(a, b)
-  sin = [t.replace("%s = fsub <8 x float> %m, %n",
-                   "%t = fsub <8 x float> %m, %n\n"
-                   "  %s = call <8 x float> @llvm.sin.v8f32(<8 x float> %t)")
-         for t in (_lane_kernels(True),)]
-  scalar_sin = _RECOMPUTED_LANE.replace(
-      "%s = fsub float %m, %n",
-      "%t = fsub float %m, %n\n  %s = call float @llvm.sin.f32(float %t)")
-  assert not _llvm.same_up_to_materialisation(_llvm.read([sin[0], _READ_LANE]),
-                                              _llvm.read([sin[0], scalar_sin]))
+def test_ir_vector_and_scalar_code_form_the_same_multiply_adds():
+  """The multiply-add veto reads vector code and scalar code of one expression
+  alike (`contractions_match`); the exact shares tell them apart."""
+  a = _llvm.read([_lane_kernels(True), _READ_LANE])
+  b = _llvm.read([_lane_kernels(False), _READ_LANE])
+  assert a.contractions != b.contractions
+  assert _llvm.contractions_match(a, b)
 
 
 def test_ir_operand_order_matters_only_between_two_products():
@@ -418,17 +407,20 @@ def row_added_with_its_operands_swapped(b0):
   return v, b0.at[21].add(jnp.resize(v, (32,)) * 0.5 + 1)
 
 
-@pytest.mark.parametrize("fn, shapes", [
-    (sgd_step_with_a_row_picked_by_argmax, [(24, 16)]),
-    (sgd_step_whose_row_another_buffer_gets, [(24, 24), (48, 32)]),
-    (row_added_with_its_operands_swapped, [(32, 32)]),
+@pytest.mark.parametrize("fn, shapes, copy_free", [
+    # Settled by the lane-free multiply-add veto.
+    (row_added_with_its_operands_swapped, [(32, 32)], True),
+    # Settled only by lane-free materialisation, withdrawn (seed 2063 #8875):
+    # exact, and jax.jit's program runs.
+    (sgd_step_with_a_row_picked_by_argmax, [(24, 16)], False),
+    (sgd_step_whose_row_another_buffer_gets, [(24, 24), (48, 32)], False),
 ], ids=lambda x: getattr(x, "__name__", ""))
-def test_same_multiply_adds_in_other_code_are_copy_free_and_exact(fn, shapes):
+def test_same_multiply_adds_in_other_code_are_exact(fn, shapes, copy_free):
   for seed in range(2):
     args = [_fresh(s, seed=seed + i) for i, s in enumerate(shapes)]
     r = compare(fn, *args, donate_argnums=tuple(range(len(shapes))))
     assert r.ref_report.buffer_copies(1024), "jax.jit's program copies a buffer"
-    assert not r.report.buffer_copies(1024)
+    assert bool(r.report.buffer_copies(1024)) != copy_free
 
 
 def test_ir_multiply_add_shares_compare_hoisted_with_in_loop():
