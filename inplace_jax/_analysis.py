@@ -502,9 +502,9 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
   for r in tied:
     f = _tie_frontier(st, r, u)
     if f is None:
-      g = st.g
-      if any(w in st.uncut for w in g.eqns[r].outvars):
-        _untied(st, r, u, v, _UNCUT.format(g.eqns[r].primitive))
+      eqn = st.g.eqns[r]
+      if any(w in st.uncut for w in eqn.outvars):
+        _untied(st, r, u, v, _UNCUT.format(eqn.primitive))
       else:
         _untied(st, r, u, v, "it feeds a reduction, a transcendental, a dot or a "
                 "loop whose result could change if a barrier moved its fusion")

@@ -27,7 +27,7 @@ equal, or equal up to values one program stores and the other recomputes
 (`same_up_to_materialisation`); a candidate whose HLO fingerprint is equal may not
 run if the kernels' multiply-adds differ (`contractions_match`).
 
-Where the exact fingerprints differ, the comparison is made on lane-free forms
+Where the exact multiply-add shares differ, they are compared on lane-free forms
 (`_lane_values`): the expression of one lane (vector and scalar code of one
 expression compute each element with the same instructions), with every
 multiply-add written out as LLVM forms it (the first operand of an add that is a
@@ -196,7 +196,7 @@ _CONTRACTIBLE = frozenset({"fmul", "fneg", "fpext"})
 _REASSOCIATES = re.compile(r"\b(reassoc|fast)\b")
 _FLOAT_VALUE_TYPE = re.compile(
     r"<\d+ x (?:half|bfloat|float|double)>|\b(?:half|bfloat|float|double)\b")
-_ROOT_USES = re.compile(r"\*(?:\d+|n)$")
+_ROOT_USES = re.compile(r"\*\d+$")
 # Operations that round (or call a function that may): an expression without any
 # moves, picks or compares values only.
 _ROUNDING_OPS = frozenset(
@@ -246,11 +246,6 @@ def _lane_move(text: str) -> str | None:
   return None
 
 
-def _root_opcode(form: str) -> str:
-  m = re.match(r"(?:\^\()?([a-z]+)", form)
-  return m.group(1) if m else ""
-
-
 def _operands(text: str) -> list[str]:
   """`text` split at its top-level commas."""
   out, depth, start = [], 0, 0
@@ -276,9 +271,6 @@ def _unmarked(form: str) -> str:
 
 
 def _lane_values(blocks: dict[str, list[str]],
-                 materialised: frozenset[str] | None = None,
-                 stored: set[str] | None = None,
-                 rounding_only: bool = False,
                  resolve: bool = True) -> list[tuple[str, int]]:
   """The floating-point values one function computes, each as the expression of
   one lane with its number of lanes, in program order.
@@ -295,13 +287,9 @@ def _lane_values(blocks: dict[str, list[str]],
   block marks and product uses (`*1`: contractible, `*n`), where it could (an
   add of a negated or widened product, which other folds take, and operations
   with flags that let LLVM reassociate). `resolve=False` leaves every add of a
-  product unresolved, to group the forms by (`_lane_shares`).
-
-  `materialised`, `stored` and `rounding_only` as in `_function_values`; a
-  rounded product reads as a load of the same stored product."""
-  rhs, where, uses, stores = _definitions(blocks)
+  product unresolved, to group the forms by (`_lane_shares`)."""
+  rhs, where, uses, _ = _definitions(blocks)
   memo: dict[tuple[str, str], str] = {}
-  rounds: dict[tuple[str, str], bool] = {}
 
   def source(name: str) -> str:
     """The value whose lane `name` moves (a splat, an extraction), or `name`."""
@@ -319,45 +307,32 @@ def _lane_values(blocks: dict[str, list[str]],
             and where[name] == home and uses[name] == 1
             and _flags(rhs[name]) <= _PLAIN_FLAGS)
 
-  def operand(text: str, home: str, key: tuple[str, str], placed: bool,
-              consumer: str = "") -> str:
+  def operand(text: str, home: str, placed: bool) -> str:
     if not _VALUE.fullmatch(text):
       return text                          # a constant
-    name = text
-    out = expr(name, home)
-    core = _unmarked(out)
-    if placed:
-      if name in rhs and _opcode(rhs[name]) == "fmul":
-        out = f"{out}*{'1' if contractible(name, home) else 'n'}"
-    else:
-      out = core
-    # Read back from memory, a value rounds as recomputed unless its consumer may
-    # reassociate, or an add could fold it in another way.
-    if (materialised and name in rhs and core in materialised
-        and not (placed and (_root_opcode(core) in _CONTRACTIBLE
-                             or not _flags(consumer) <= _PLAIN_FLAGS))):
-      ty = _FLOAT_VALUE_TYPE.search(_lane_text(rhs[name]))
-      if ty is not None:
-        return f"(load:{ty.group(0)})"
-    rounds[key] = rounds[key] or rounds.get((source(name), home), False)
+    out = expr(text, home)
+    if not placed:
+      out = _unmarked(out)
+    elif text in rhs and _opcode(rhs[text]) == "fmul":
+      out = f"{out}*{'1' if contractible(text, home) else 'n'}"
     return f"({out})"
 
-  def generic(text: str, home: str, key: tuple[str, str], placed: bool) -> str:
-    return _VALUE.sub(lambda m: operand(m.group(0), home, key, placed, text), text)
+  def generic(text: str, home: str, placed: bool) -> str:
+    return _VALUE.sub(lambda m: operand(m.group(0), home, placed), text)
 
-  def summed(text: str, op: str, home: str, key: tuple[str, str]) -> str:
+  def summed(text: str, op: str, home: str) -> str:
     m = _SUM_TEXT.match(text)
     ops = _operands(m.group(4)) if m else []
     names: list[str | None] = [o if _VALUE.fullmatch(o) and o in rhs else None
                                for o in ops]
     if m is None or len(ops) != 2 or any(
         n is not None and _opcode(rhs[n]) in ("fneg", "fpext") for n in names):
-      return generic(text, home, key, True)
+      return generic(text, home, True)
     head = f"{m.group(2)} {m.group(3)}"
     chosen = next((i for i in (0, 1) if contractible(names[i], home)), None) \
         if resolve else None
     if chosen is None:
-      a, b = (operand(o, home, key, False) for o in ops)
+      a, b = (operand(o, home, False) for o in ops)
       if op == "fadd":
         a, b = sorted((a, b))
       return f"{op}{head} {a}, {b}"
@@ -366,11 +341,10 @@ def _lane_values(blocks: dict[str, list[str]],
     p = _PRODUCT_TEXT.match(_lane_text(rhs[product]))
     factors = _operands(p.group(3)) if p else []
     if p is None or len(factors) != 2:
-      return generic(text, home, key, True)
-    x, y = sorted(operand(f, home, key, False) for f in factors)
-    other = operand(ops[1 - chosen], home, key, False)
+      return generic(text, home, True)
+    x, y = sorted(operand(f, home, False) for f in factors)
+    other = operand(ops[1 - chosen], home, False)
     kind = "fma" if op == "fadd" else ("fms" if chosen == 0 else "fnma")
-    rounds[key] = True
     return f"{kind}{head}|{p.group(1)} {x}, {y}, {other}"
 
   def expr(name: str, block: str) -> str:
@@ -398,20 +372,19 @@ def _lane_values(blocks: dict[str, list[str]],
       out = "phi:" + text.split("[")[0][len("phi"):].strip()
     else:
       home = where[name]
-      rounds[key] = op in _ROUNDING_OPS
       placed = not _flags(text) <= _PLAIN_FLAGS
       if op in ("fadd", "fsub") and not placed:
-        out = summed(text, op, home, key)
+        out = summed(text, op, home)
       elif op == "fmul" and not placed:
         p = _PRODUCT_TEXT.match(text)
         factors = _operands(p.group(3)) if p else []
         if p is not None and len(factors) == 2:
-          x, y = sorted(operand(f, home, key, False) for f in factors)
+          x, y = sorted(operand(f, home, False) for f in factors)
           out = f"fmul{p.group(1)} {p.group(2)} {x}, {y}"
         else:
-          out = generic(text, home, key, False)
+          out = generic(text, home, False)
       else:
-        out = generic(text, home, key, placed)
+        out = generic(text, home, placed)
       if len(out) > _LIMIT:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     if where[name] != block:
@@ -425,12 +398,8 @@ def _lane_values(blocks: dict[str, list[str]],
     if op in _FLOAT_OPS or (op in _MOVES and _FLOAT_TYPE.search(text)):
       if _lane_move(text) or _LANE_LOADS.search(text):
         continue      # the lane it moves is listed where it is computed
-      form = expr(name, where[name])
-      if not rounding_only or rounds.get((name, where[name]), False):
-        width = _WIDTH.search(text.split(",")[0])
-        values.append((form, int(width.group(1)) if width else 1))
-  if stored is not None:
-    stored.update(_unmarked(expr(n, b)) for n, b in stores if n in rhs)
+      width = _WIDTH.search(text.split(",")[0])
+      values.append((expr(name, where[name]), int(width.group(1)) if width else 1))
   return values
 
 
@@ -587,7 +556,7 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
 # `_lane_values` by function text and arguments: jax.jit's program's kernels are
 # compared with each candidate's, and most kernels are the same in both. Emptied
 # when a signature is decided (`forget`), so no IR outlives its compile.
-_LANE_MEMO: dict[tuple, tuple[tuple[tuple[str, int], ...], frozenset[str]]] = {}
+_LANE_MEMO: dict[tuple, tuple[tuple[str, int], ...]] = {}
 
 
 def forget() -> None:
@@ -595,19 +564,15 @@ def forget() -> None:
   _LANE_MEMO.clear()
 
 
-def _lane(blocks: dict[str, list[str]], materialised: frozenset[str] | None = None,
-          rounding_only: bool = False, resolve: bool = True
-          ) -> tuple[tuple[tuple[str, int], ...], frozenset[str]]:
-  """`_lane_values` of `blocks` and the forms it stores, memoised."""
-  key = (tuple((k, tuple(v)) for k, v in blocks.items()), materialised,
-         rounding_only, resolve)
+def _lane(blocks: dict[str, list[str]], resolve: bool = True
+          ) -> tuple[tuple[str, int], ...]:
+  """`_lane_values` of `blocks`, memoised."""
+  key = (tuple((k, tuple(v)) for k, v in blocks.items()), resolve)
   hit = _LANE_MEMO.get(key)
   if hit is None:
-    stored: set[str] = set()
-    values = _lane_values(blocks, materialised, stored, rounding_only, resolve)
     if len(_LANE_MEMO) > 4096:
       _LANE_MEMO.clear()
-    hit = _LANE_MEMO[key] = (tuple(values), frozenset(stored))
+    hit = _LANE_MEMO[key] = tuple(_lane_values(blocks, resolve))
   return hit
 
 
@@ -622,17 +587,15 @@ def contractions_match(a: Kernels, b: Kernels) -> bool:
       _lane_shares(a.functions), _lane_shares(b.functions))
 
 
-def _lane_shares(functions: Sequence[dict[str, list[str]]],
-                 materialised: frozenset[str] | None = None,
-                 unresolved: frozenset[str] | None = None
+def _lane_shares(functions: Sequence[dict[str, list[str]]]
                  ) -> dict[str, collections.Counter]:
   """Each add or subtract with a product in its expression (`_lane_values` with
-  `resolve=False`, `unresolved` its stored forms), with how often it is formed
-  each way (resolved, with `materialised`) and with how many lanes."""
+  `resolve=False`), with how often it is formed each way (resolved) and with how
+  many lanes."""
   groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for blocks in functions:
-    formed = _lane(blocks, materialised)[0]
-    plain = _lane(blocks, unresolved, resolve=False)[0]
+    formed = _lane(blocks)
+    plain = _lane(blocks, resolve=False)
     for (form, lanes), (key, _) in zip(formed, plain, strict=True):
       if _SUM.match(key) and _PRODUCT.search(key):
         groups[_unplaced(key)][(form, lanes)] += 1
