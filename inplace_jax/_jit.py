@@ -310,9 +310,11 @@ class InplaceJitted:
     * where every operation the HLO shows in another form is elementwise, it may
       run if both programs' kernels compute the same floating-point expressions,
       or the same ones where one stores a value the other recomputes
-      (`_llvm.same_up_to_materialisation`) (`settled_by_ir`);
+      (`_llvm.same_up_to_materialisation`), or round every value alike read as
+      one lane's operations (`_llvm.same_semantics`) (`settled_by_ir`);
     * where the HLO shows the same arithmetic, it may not run if the kernels'
-      multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`).
+      multiply-adds differ (`changed` names `_llvm.CONTRACTIONS`), in their
+      lane-free shares and in their semantic forms.
 
     Where no IR can be read, the HLO's verdict stands. `plain_ir` memoises
     jax.jit's program's kernels for the signature: read from its own compile
@@ -331,10 +333,11 @@ class InplaceJitted:
       return cand
     if cand.changed:
       if mine.values != theirs.values and not _llvm.same_up_to_materialisation(
-          mine, theirs):
+          mine, theirs) and not _llvm.same_semantics(mine, theirs):
         return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if not _llvm.contractions_match(mine, theirs):
+    if not _llvm.contractions_match(mine, theirs) and \
+        not _llvm.same_semantics(mine, theirs):
       return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
     return cand
 

@@ -636,3 +636,275 @@ class Dump:
     if self._texts is not None:
       self._kernels, self._texts = read(self._texts), None
     return self._kernels
+
+
+# --------------------------------------------------------------------------- semantics
+#
+# `same_semantics`: the floating-point values each lane computes, compared as the
+# operations that round them. What decides an element's bits is the sequence of
+# rounding operations applied to the values it loads: adds, subtracts, products,
+# divisions, conversions, and the multiply-adds instruction selection forms (LLVM
+# contracts an add or subtract with a product in its block that has one use, the
+# first such operand: `_lane_values`). Vector and scalar code of one expression
+# compute each lane with the same instructions; lane moves (splats, extractions,
+# insertions, shuffles that keep one form in every lane, masked loads), picks
+# (select, compare, min/max), sign operations and the block an operand is computed
+# in change no bits, except where the operand is a product an add could contract
+# (then the contraction is written out) or the consumer may reassociate (then its
+# operands stay as they are, placed).
+
+# Calls that compute one IEEE-defined value per lane, the same in vector and scalar
+# code: exact operations, sqrt (correctly rounded), and the transcendentals whose
+# XLA:CPU vector and scalar code were measured to give the same bits on every
+# input tried (`tests/test_llvm.py::test_lane_transcendentals_match_scalar_code`;
+# `tan` differed in a quarter of them, so it is not here and keeps its width).
+_LANE_CALLS = re.compile(
+    r"@llvm\.(maximum|minimum|maxnum|minnum|fabs|copysign|floor|ceil|trunc|rint|"
+    r"nearbyint|round|roundeven|sqrt|sin|cos|exp|log)\.(?:v\d+)?f(?:16|32|64)\(")
+_EXACT_CALLS = frozenset(
+    "maximum minimum maxnum minnum fabs copysign floor ceil trunc rint nearbyint "
+    "round roundeven".split())
+_PICK_CALL = re.compile(r"@lane\.(\w+)\(")
+_LLVM_EXACT = re.compile(
+    r"@llvm\.(?:maximum|minimum|maxnum|minnum|fabs|copysign|floor|ceil|trunc|rint|"
+    r"nearbyint|round|roundeven|masked)\.")
+_ROUNDS = frozenset("fadd fsub fmul fdiv frem fptrunc sitofp uitofp".split())
+_ANY_VECTOR_CONSTANT = re.compile(
+    r"<(?:(?:half|bfloat|float|double|i\d+) [^<>,]+)"
+    r"(?:, (?:half|bfloat|float|double|i\d+) [^<>,]+)*>")
+_SHUFFLE_OPERANDS = re.compile(r"^shufflevector <\d+ x \w+> (\S+), <\d+ x \w+> (\S+), ")
+_INSERT_OPERANDS = re.compile(r"^insertelement <\d+ x \w+> (\S+), \w+ ([^,\s]+), ")
+_FLAG_PREFIX = re.compile(r"\b(?:reassoc|fast|arcp|afn|contract|nnan|ninf|nsz) ")
+_LEAVES = frozenset({"load", "phi", "int", "arg"})
+
+
+def _semantic_text(text: str) -> str:
+  """An instruction's text as one lane: splats and vector constants as the value
+  of their lanes (poison lanes left out), lane-wise calls without their width."""
+  text = _SPLAT.sub(lambda m: m.group(2), text)
+
+  def constant(m: re.Match) -> str:
+    lanes = [x.strip() for x in m.group(0)[1:-1].split(",")]
+    lanes = [x for x in lanes if not x.endswith((" poison", " undef"))]
+    if lanes and all(x == lanes[0] for x in lanes):
+      return lanes[0].split(" ", 1)[1]
+    return m.group(0)
+
+  text = _ANY_VECTOR_CONSTANT.sub(constant, text)
+  text = _LANE_CALLS.sub(lambda m: f"@lane.{m.group(1)}(", text)
+  return _VECTOR_TYPE.sub(lambda m: m.group(1), text)
+
+
+class _Semantics:
+  """The semantic forms of one function's values (`same_semantics`).
+
+  `form(name, resolve, mat)`: the value as one lane's expression, a string, and
+  whether it rounds; with `resolve`, every multiply-add written out as the FMA it
+  becomes; with `mat`, every operand whose form (unresolved by nothing of this
+  function's) is one that some kernel stores reads as a load (`materialised`),
+  unless the operand is a product an add could take into an FMA."""
+
+  def __init__(self, blocks: dict[str, list[str]],
+               materialised: frozenset[str] = frozenset()):
+    self.rhs, self.where, self.uses, self.stores = _definitions(blocks)
+    self.materialised = materialised
+    self.memo: dict[tuple[str, bool, bool], tuple[str, bool]] = {}
+    # Whether a value some kernel stores is recomputed here where it cannot read
+    # as a load (a product an add contracts, a reassociating consumer): the other
+    # program may load it for the same element, in a form found elsewhere too.
+    self.refused = False
+
+  def source(self, name: str) -> str:
+    seen = set()
+    while name in self.rhs and name not in seen:
+      seen.add(name)
+      moved = _lane_move(self.rhs[name])
+      if moved is None:
+        break
+      name = moved
+    return name
+
+  def contractible(self, name: str | None, home: str) -> bool:
+    rhs = self.rhs
+    return (name is not None and name in rhs and _opcode(rhs[name]) == "fmul"
+            and self.where[name] == home and self.uses[name] == 1
+            and _flags(rhs[name]) <= _PLAIN_FLAGS)
+
+  def operand(self, text: str, home: str, resolve: bool, mat: bool,
+              consumer: str, placed: bool = False) -> tuple[str, bool]:
+    if not _VALUE.fullmatch(text):
+      return text, False                      # a constant
+    name = self.source(text)
+    if name not in self.rhs:
+      return "(arg)", False
+    stored = mat and self.form(name, True, False)[0] in self.materialised
+    if placed:
+      # A consumer that may reassociate: where its operands are computed, and how
+      # many uses a product has, can change what LLVM makes of it.
+      out, r = self.form(name, resolve, False)
+      self.refused = self.refused or (stored and out not in _LEAVES)
+      mark = "^" if self.where[name] != home and out not in _LEAVES else ""
+      uses = f"*{self.uses[name]}" if _opcode(self.rhs[name]) == "fmul" else ""
+      return f"{mark}({out}{uses})", r
+    out, r = self.form(name, resolve, mat)
+    if stored and out not in _LEAVES:
+      if _opcode(self.rhs[name]) in _CONTRACTIBLE and \
+          consumer in ("fadd", "fsub", "fneg", "fpext"):
+        self.refused = True
+      else:
+        return "(load)", False
+    return f"({out})", r
+
+  def generic(self, text: str, home: str, resolve: bool, mat: bool,
+              placed: bool) -> tuple[str, bool]:
+    op, rounds = _opcode(text), [False]
+
+    def sub(m: re.Match) -> str:
+      f, r = self.operand(m.group(0), home, resolve, mat, op, placed)
+      rounds[0] = rounds[0] or r
+      return f
+
+    return _VALUE.sub(sub, text), rounds[0]
+
+  def summed(self, text: str, op: str, home: str, resolve: bool,
+             mat: bool) -> tuple[str, bool]:
+    m = _SUM_TEXT.match(text)
+    ops = _operands(m.group(4)) if m else []
+    names = [o if _VALUE.fullmatch(o) and o in self.rhs else None for o in ops]
+    if m is None or len(ops) != 2 or any(
+        n is not None and _opcode(self.rhs[n]) in ("fneg", "fpext") for n in names):
+      # An add of a negated or widened product: other folds decide; placed.
+      return self.generic(text, home, resolve, mat, True)[0] + "@placed", True
+    head = f"{m.group(2)} {m.group(3)}"
+    chosen = next((i for i in (0, 1) if self.contractible(names[i], home)), None) \
+        if resolve else None
+    if chosen is None:
+      a, b = (self.operand(o, home, resolve, mat, op)[0] for o in ops)
+      if op == "fadd":
+        a, b = sorted((a, b))
+      return f"{op}{head} {a}, {b}", True
+    product = names[chosen]
+    assert product is not None
+    if mat and self.form(product, True, False)[0] in self.materialised:
+      self.refused = True       # a stored product contracted here
+    p = _PRODUCT_TEXT.match(_semantic_text(self.rhs[product]))
+    factors = _operands(p.group(3)) if p else []
+    if p is None or len(factors) != 2:
+      return self.generic(text, home, resolve, mat, True)[0] + "@placed", True
+    x, y = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
+    other = self.operand(ops[1 - chosen], home, resolve, mat, op)[0]
+    kind = "fma" if op == "fadd" else ("fms" if chosen == 0 else "fnma")
+    return f"{kind}{head}|{p.group(1)} {x}, {y}, {other}", True
+
+  def moved(self, name: str, text: str, home: str, resolve: bool,
+            mat: bool) -> tuple[str, bool]:
+    """A shuffle or insertion: the form of its lanes where every lane that is
+    not poison holds one form, else an opaque blend of its operands."""
+    raw = _SPLAT.sub(lambda m: m.group(2), self.rhs[name])
+    m = (_SHUFFLE_OPERANDS.match(raw) if _opcode(raw) == "shufflevector"
+         else _INSERT_OPERANDS.match(raw))
+    if m is not None:
+      parts = [self.operand(o, home, resolve, mat, "move")
+               for o in m.groups() if o not in ("poison", "undef")]
+      forms = {f for f, _ in parts}
+      if len(forms) == 1:
+        f = forms.pop()
+        return (f[1:-1] if f.startswith("(") and f.endswith(")") else f,
+                any(r for _, r in parts))
+    out, r = self.generic(text, home, resolve, mat, False)
+    return "blend " + out, r
+
+  def form(self, name: str, resolve: bool, mat: bool) -> tuple[str, bool]:
+    key = (name, resolve, mat)
+    hit = self.memo.get(key)
+    if hit is not None:
+      return hit
+    raw = self.rhs[name]
+    text = _semantic_text(raw)
+    op = _opcode(text)
+    home = self.where[name]
+    if op == "load" or _LANE_LOADS.search(raw):
+      out, r = "load", False
+    elif op in _INTEGER_OPS:
+      out, r = "int", False
+    elif op == "phi":
+      out, r = "phi", False
+    elif op in ("shufflevector", "insertelement"):
+      out, r = self.moved(name, text, home, resolve, mat)
+    else:
+      call = _PICK_CALL.search(text)
+      exact = call is not None and call.group(1) in _EXACT_CALLS
+      if exact:
+        text = _FLAG_PREFIX.sub("", text)   # exact in any order
+      plain = _flags(text) <= _PLAIN_FLAGS
+      if op in ("fadd", "fsub") and plain:
+        out, r = self.summed(text, op, home, resolve, mat)
+      elif op == "fmul" and plain and (p := _PRODUCT_TEXT.match(text)) and \
+          len(factors := _operands(p.group(3))) == 2:
+        x, y = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
+        out, r = f"fmul{p.group(1)} {p.group(2)} {x}, {y}", True
+      else:
+        out, r = self.generic(text, home, resolve, mat, not plain)
+        r = r or op in _ROUNDS or (op == "call" and not exact)
+        if not plain:
+          out += "@placed"
+      if len(out) > 4 * _LIMIT:
+        out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
+    self.memo[key] = (out, r)
+    return out, r
+
+  def stored(self) -> set[str]:
+    """The forms (unresolved by materialisation) of the values this function
+    stores that are not loads themselves."""
+    out = set()
+    for n, _ in self.stores:
+      name = self.source(n)
+      if name in self.rhs:
+        f, _ = self.form(name, True, False)
+        if f not in _LEAVES:
+          out.add(f)
+    return out
+
+  def groups(self) -> list[tuple[str, str]]:
+    """(unresolved form, resolved form) of every value that rounds at its root."""
+    out = []
+    for name, text in self.rhs.items():
+      op = _opcode(text)
+      if op in _ROUNDS or (op == "call" and _FLOAT_TYPE.search(text)
+                           and not _LLVM_EXACT.search(text)):
+        out.append((self.form(name, False, True)[0], self.form(name, True, True)[0]))
+    return out
+
+
+def same_semantics(a: Kernels, b: Kernels) -> bool:
+  """Whether two programs' kernels round every value alike, read as one lane's
+  operations that round (`_Semantics`), values that some kernel stores and the
+  other program recomputes read as loads.
+
+  Each rounding value is grouped by its expression without contractions; the
+  two programs must compute the same groups, and each group with one resolved
+  form, the same in both: then every element an expression computes, in either
+  program and whichever instance computes it, rounds the same way. A group
+  formed two ways (a product contracted in one loop and hoisted out of another,
+  fuzz regressions #3030, #1475) is not compared by counts: it is "different".
+  So is anything this reading does not model: a blend of lanes of different
+  forms, reductions whose adds may reassociate (their operands placed),
+  transcendentals other than those measured."""
+  if not a.functions or not b.functions:
+    return False
+  materialised = frozenset().union(*(_Semantics(f).stored()
+                                     for f in (*a.functions, *b.functions)))
+
+  def groups(k: Kernels) -> dict[str, set[str]] | None:
+    out: dict[str, set[str]] = collections.defaultdict(set)
+    for blocks in k.functions:
+      semantics = _Semantics(blocks, materialised)
+      for g, r in semantics.groups():
+        out[g].add(r)
+      if semantics.refused:
+        return None
+    return out
+
+  ga, gb = groups(a), groups(b)
+  return ga is not None and gb is not None and ga.keys() == gb.keys() and all(
+      len(ga[k]) == 1 and ga[k] == gb[k] for k in ga)
