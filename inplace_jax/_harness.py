@@ -54,6 +54,7 @@ class Comparison:
   candidate: Run
   difference: str | None
   fn: Any = None          # the inplace_jax.jit object that ran
+  reference_fn: Any = None   # the jax.jit object that ran
 
   @property
   def equal(self) -> bool:
@@ -164,4 +165,4 @@ def compare(fn: Callable, make_args: Callable[[], tuple] | Sequence[Any], *,
     if d is not None:
       diff = d if steps == 1 else f"step {k + 1}: {d}"
       break
-  return Comparison(reference, candidate, diff, ours)
+  return Comparison(reference, candidate, diff, ours, ref_fn)
