@@ -62,7 +62,7 @@ class Analyzer:
 
   def __init__(self, hints: Hints = Hints()):
     self._cache: dict[tuple, tuple[Any, Plan]] = {}
-    self.inner_sensitive = X.inner_sensitivity({})
+    self.inner_sensitive = X.inner_sensitivity({}, hints.through_updates)
     self.hints = hints
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
@@ -138,7 +138,9 @@ class _State:
     last bit can change with the fusion; such values are not tied. Nor values that
     reach an operation a barrier changed in an earlier compile (`Hints.avoid`)."""
     return (X.feeds_sensitive(var, self.g.eqns, self.g.consumers, self.sensitive_memo,
-                              self.inner_sensitive) or self.reaches_avoided(var))
+                              self.inner_sensitive,
+                              lane_wise=self.hints.through_updates)
+            or self.reaches_avoided(var))
 
   def reaches_avoided(self, var) -> bool:
     if not self.hints.avoid:

@@ -141,6 +141,10 @@ def cut_safe_here(eqn, var, eqns, consumers) -> bool:
     # A dot's result: tied only on trial; if XLA then computes the dot otherwise
     # (its operand order, a transpose folded in), the fingerprint rejects it.
     return True
+  if _traits.has(eqn.primitive, Trait.LANE_WISE):
+    # Its code is a call (or XLA's expansion) whose result an add takes as it is,
+    # stored or recomputed; the kernels' IR check confirms it.
+    return True
   if not _traits.has(eqn.primitive, Trait.ELEMENTWISE):
     return False
   return not _added(var, eqns, consumers, 0)
@@ -192,13 +196,15 @@ def applies_function(eqn) -> bool:
 
 
 def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
-                    depth: int = 0) -> bool:
+                    depth: int = 0, lane_wise: bool = False) -> bool:
   """Whether float `var` reaches a fusion-sensitive op through ops XLA would fuse
   with it, here or inside the sub-jaxprs it is passed to (XLA inlines calls and
   hoists loop-invariant and branch code out of loops and conditionals).
 
   `inner_sensitive(jaxpr, index)` answers the same question for invar `index` of a
-  sub-jaxpr (memoised by the caller).
+  sub-jaxpr (memoised by the caller). With `lane_wise` (a refinement round, whose
+  candidate the kernels' IR check compares), a `Trait.LANE_WISE` transcendental is
+  followed like data movement rather than counted as sensitive.
   """
   if not is_inexact(var):
     return False
@@ -211,13 +217,16 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
   out = False
   for k, pos in consumers.get(var, ()):
     e = eqns[k]
-    if _traits.has(e.primitive, Trait.SENSITIVE) or applies_function(e):
+    if lane_wise and _traits.has(e.primitive, Trait.LANE_WISE):
+      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1,
+                                lane_wise) for w in e.outvars if not C.is_drop_var(w))
+    elif _traits.has(e.primitive, Trait.SENSITIVE) or applies_function(e):
       out = True
     elif _traits.any_of(e.primitive, _traits.TRANSPARENT | Trait.UPDATE):
       # The scatter family carries its combiner as a jaxpr of one exact operation
       # (or none): data movement for this purpose, not a sub-computation.
-      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1)
-                for w in e.outvars if not C.is_drop_var(w))
+      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1,
+                                lane_wise) for w in e.outvars if not C.is_drop_var(w))
     elif C.jaxprs_in_params(e.params):
       pairs = R.bindings(e, pos)
       out = pairs is None or any(inner_sensitive(j, i) for j, i in pairs)
@@ -227,8 +236,9 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
   return out
 
 
-def inner_sensitivity(cache: dict):
-  """`inner_sensitive(jaxpr, index)` memoised in `cache` (owned by one analysis)."""
+def inner_sensitivity(cache: dict, lane_wise: bool = False):
+  """`inner_sensitive(jaxpr, index)` memoised in `cache` (owned by one analysis);
+  `lane_wise` as for `feeds_sensitive`."""
 
   def inner_sensitive(jaxpr, index: int) -> bool:
     key = (id(jaxpr), index)
@@ -241,7 +251,7 @@ def inner_sensitivity(cache: dict):
         if not C.is_literal(v):
           consumers.setdefault(v, []).append((k, pos))
     out = feeds_sensitive(jaxpr.invars[index], jaxpr.eqns, consumers, {},
-                          inner_sensitive, 1)
+                          inner_sensitive, 1, lane_wise)
     cache[key] = (jaxpr, out)   # keeps `jaxpr` alive, so its id stays unique
     return out
 

@@ -254,13 +254,26 @@ def update_then_call_slicing_it(x, y):
   return x, y
 
 
+def step_adding_its_own_sine(b0, b1):
+  """Fuzz seed 3000 #609: `sin(b1)` is returned and added into b1's update. XLA
+  fuses the sine into the update and into the output's kernel, so it keeps b1's
+  old value; tied after the sine (a refinement round, `Trait.LANE_WISE`), the
+  update adds the stored sine, which is the same bits: XLA:CPU's vector and scalar
+  sine agree, and an add takes the call's result as it is."""
+  v = jnp.sin(b1)
+  b1 = b1 * 0.5 + v
+  return b0 - 0.5 * b1, b1, v
+
+
 @pytest.mark.parametrize("fn, shapes", [
+    (step_adding_its_own_sine, ((32, 24), (32, 24))),
     (swap_across_buffers_indexed_by_both, ((64, 24), (32, 32))),
     (update_fed_by_reduction_of_carry, ((32, 32), (32, 32))),
     (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12))),
     (one_step_loop_then_read, ((24, 24), (4, 4))),
     (update_then_call_slicing_it, ((24, 24), (4, 4)))],
-    ids=["swap_across_buffers", "update_fed_by_reduction_of_carry",
+    ids=["step_adding_its_own_sine", "swap_across_buffers",
+         "update_fed_by_reduction_of_carry",
          "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
          "update_then_call_slicing_it"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
