@@ -25,7 +25,7 @@ import jax
 
 from . import _compat as C
 from . import _passes
-from ._analysis import Analyzer
+from ._analysis import Analyzer, dce
 from ._errors import InplaceNestingWarning, user_stacklevel
 from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
@@ -98,11 +98,15 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     # Donated buffers not to sequence are left exactly as they are.
     left = tuple(d and not b and hints.leave
                  for d, b in zip(donated, buffers, strict=True))
-    plan = analyzer(jaxpr, buffers, in_loop, left=left)
+    # A whole program: each donated buffer's own output is the one JAX aliases it
+    # to, which its chain of updates should end in.
+    targets = (tuple(C.predicted_aliases(dce(jaxpr), donated))
+               if boundary and not in_loop else ())
+    plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets)
     if ctx.restructured:
       plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
     if boundary and not in_loop:
-      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left)
+      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left, targets)
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -112,7 +116,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   return C.ClosedJaxpr(new, consts), plan
 
 
-def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=()) -> Plan:
+def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
+                    targets=()) -> Plan:
   """The plan with only the donated buffers XLA can update in place: those whose
   last version is the output JAX aliases them to (JAX pairs donated inputs with
   outputs of the same shape and dtype, in order). The others are read-only to XLA,
@@ -125,7 +130,7 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=()) -> P
   if not dropped:
     return plan
   first = plan
-  plan = analyzer(jaxpr, kept, False, left=left)
+  plan = analyzer(jaxpr, kept, False, left=left, targets=targets)
   names = _arg_names(jaxpr)
   notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(

@@ -84,6 +84,20 @@ def test_dict_of_donated_buffers():
   assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
 
 
+def test_two_buffers_of_one_type_each_updated_in_its_own_output():
+  # Schedule-free's step: z's old value reaches output 0 elementwise, its update
+  # is output 1, the output JAX gives z's buffer to. Sequenced there, the copy of
+  # z jax.jit makes is gone (it was dropped as "the updated z is output 0").
+  def f(p, z, u):
+    z_new = z + u
+    prev = p - jnp.abs(z)
+    return prev + (z_new - prev) * 0.5, z_new
+  r = compare(f, _x(), _x() + 1, _x() * 0.5, donate_argnums=(0, 1))
+  assert r.ref_report.buffer_copies(FULL) or not ON_CPU
+  assert not r.report.buffer_copies(FULL), r.report
+  assert not any(f.kind == "donated_not_aliased" for f in r.report.findings)
+
+
 def test_nested_jit_custom_vjp_and_checkpoint_bodies():
   def body(x):
     y = x[0, 0]

@@ -46,7 +46,8 @@ class Context:
   # Inside a `shard_map` body: types carry manual axes that helper equations traced
   # on their own would lack.
   manual: bool
-  # analyze(jaxpr, buffers, in_loop, manual) -> Plan, for sub-jaxprs.
+  # analyze(jaxpr, buffers, in_loop, manual, targets=()) -> Plan, for sub-jaxprs
+  # (`_analysis.Analyzer.__call__`).
   analyze: Callable[..., Plan]
   # inner_sensitive(jaxpr, index) -> bool, memoised per analysis.
   inner_sensitive: Callable[[Any, int], bool]

@@ -41,7 +41,9 @@ def _while_rule(eqn, is_version, ctx):
                                                 eqn.invars[cn + bn:], strict=True)]
   body = eqn.params["body_jaxpr"].jaxpr
   mask = [False] * bn + carry
-  plan = ctx.analyze(body, mask, True, ctx.manual)
+  # Each carry's buffer is the body's output for that carry.
+  plan = ctx.analyze(body, mask, True, ctx.manual,
+                     targets=[None] * bn + list(range(len(carry))))
   uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
                if is_version[cn + bn + j] and plan.flows[bn + j] == j)
   return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
@@ -64,7 +66,8 @@ def _scan_rule(eqn, is_version, ctx):
   mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
   # XLA unrolls a loop of one trip into straight-line code.
   in_loop = ctx.in_loop or eqn.params["length"] > 1
-  plan = ctx.analyze(body, mask, in_loop, ctx.manual)
+  plan = ctx.analyze(body, mask, in_loop, ctx.manual,
+                     targets=[None] * nc + list(range(nk)))
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   entry = _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask)
