@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._hlo import Computation, HloModule, Instruction
+from ._hlo import ELEMENTWISE, Computation, HloModule, Instruction
 from ._report import Access, CopyInfo
 
 _IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
@@ -121,14 +121,7 @@ def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
 
 # Elementwise HLO ops: each result element reads its operands' elements at its own
 # index, which a fusion writing over an operand may do in place.
-_SAME_INDEX = frozenset({
-    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert",
-    "cosine", "count-leading-zeros", "divide", "erf", "exponential",
-    "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
-    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
-    "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
-    "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
-    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor"})
+_SAME_INDEX = ELEMENTWISE
 
 
 def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
