@@ -68,20 +68,25 @@ class Analyzer:
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
                manual: bool = False, left: Sequence[bool] = (),
-               targets: Sequence[int | None] = ()) -> Plan:
+               targets: Sequence[int | None] = (),
+               names: Sequence[str | None] = ()) -> Plan:
     """`left` marks inputs (donated buffers jax.jit already updates in place) whose
     versions are left exactly as they are: no chain of updates starts from them.
     `targets` gives, per input, the output whose buffer it is (the output JAX
     aliases a donated argument to, the same carry of a loop body); None or absent:
-    not known."""
+    not known. `names`, per input, the argument's name as JAX writes it (a whole
+    program's): a conflict about one argument's buffer names it
+    (`Conflict.argument`)."""
     levels = tuple(_level(b) for b in buffers)
     left = tuple(bool(x) for x in left)
     targets = tuple(None if t is None else int(t) for t in targets)
-    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left, targets)
+    names = tuple(names)
+    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left, targets, names)
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
-    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left, targets)
+    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left, targets,
+                       names)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
 
@@ -114,6 +119,8 @@ class _State:
   manual: bool
   # Per invar: the output whose buffer it is, where known (`Analyzer.__call__`).
   targets: tuple[int | None, ...] = ()
+  # Per invar: the argument's name, where known (`Analyzer.__call__`).
+  names: tuple[str | None, ...] = ()
   infos: list[EqnInfo] = dataclasses.field(default_factory=list)
   versions: set[Any] = dataclasses.field(default_factory=set)
   # Per version: the invars (by position) whose buffer it may continue.
@@ -176,9 +183,10 @@ class _State:
 
 def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
                 analyzer: Analyzer, left: tuple[bool, ...] = (),
-                targets: tuple[int | None, ...] = ()) -> Plan:
+                targets: tuple[int | None, ...] = (),
+                names: tuple[str | None, ...] = ()) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
-  st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets,
+  st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets, names=names,
               inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints)
   find_versions(st, analyzer, left)
   pick_successors(st)
@@ -312,7 +320,8 @@ def pick_successors(st: _State) -> None:
             f"{len(strong)} updates of the same {v.aval.str_short()} version are "
             "live at once; each one but the first needs its own copy",
             read=_src(g.eqns[other[0]]), update=_src(g.eqns[best[0]]),
-            nbytes=_rules.nbytes(v.aval)))
+            nbytes=_rules.nbytes(v.aval),
+            buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     elif v not in g.outvars:
       # A version that is returned ends its buffer's chain: an elementwise op that
       # reads it makes a new value, not the buffer's next version.
@@ -332,6 +341,16 @@ def _targets(st: _State, v) -> set[int]:
   """The outputs whose buffers version `v` may continue (`_State.targets`)."""
   return {t for i in st.roots.get(v, ()) if i < len(st.targets)
           for t in (st.targets[i],) if t is not None}
+
+
+def _argument(st: _State, v) -> str | None:
+  """The argument whose buffer version `v` continues, by name, where it is one
+  named argument's (`_State.names`)."""
+  roots = st.roots.get(v, frozenset())
+  if len(roots) != 1:
+    return None
+  (i,) = roots
+  return st.names[i] if i < len(st.names) else None
 
 
 def _reaching_outputs(st: _State) -> dict[Any, tuple[int, ...]]:
@@ -385,13 +404,15 @@ def order_reads(st: _State) -> None:
           FindingKind.UPDATE_READS_OLD,
           f"{g.eqns[u].primitive} both updates a {v.aval.str_short()} in place and "
           "reads its old value through another operand; XLA copies it",
-          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     if v in g.outvars:
       st.conflicts.append(Conflict(
           FindingKind.OLD_VERSION_ESCAPES,
           f"the {v.aval.str_short()} value before an update is also returned; "
           "returning the old and the new value needs a copy",
-          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     st.read_sets[v] = reads
     for r in reads:
       if r < u:
@@ -406,7 +427,8 @@ def order_reads(st: _State) -> None:
           f"a read of the old {v.aval.str_short()} value depends on the updated "
           "value, so it cannot run before the update; XLA keeps a copy of the old "
           "value", read=_src(g.eqns[r]), update=_src(g.eqns[u]),
-          nbytes=_rules.nbytes(v.aval)))
+          nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     else:
       g.edges[r].add(u)
       st.moved.add(r)
@@ -572,7 +594,8 @@ def _untied(st: _State, r: int, u: int, v, why: str) -> None:
       FindingKind.WOULD_CHANGE_ARITHMETIC,
       f"the read of the {v.aval.str_short()} buffer is not ordered before its "
       f"update by a barrier: {why}",
-      read=_src(g.eqns[r]), update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+      read=_src(g.eqns[r]), update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+      buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
 
 
 def _co_outputs(st: _State, v, p: int | None) -> list[Any]:
@@ -1047,7 +1070,8 @@ def _schedulable(st: _State, after: dict[int, set[int]]):
         f"the reads of this {v.aval.str_short()} value cannot be ordered before its "
         "update together with the other buffers' reads (each needs the other's "
         "first); this update is left to XLA", update=_src(g.eqns[u]),
-        nbytes=_rules.nbytes(v.aval)))
+        nbytes=_rules.nbytes(v.aval),
+        buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
   return {u: vs for u, vs in st.pre_versions.items() if u in kept}, order
 
 

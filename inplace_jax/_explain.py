@@ -232,16 +232,22 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
                 for a in _reads(module, writer, o)]
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
-    # into the donated buffer is the update, not a read.
+    # into this buffer is the update, not a read. Only the output aliased to this
+    # buffer's parameter writes it: another output that reads the old value
+    # (`p + emit * sign(0.9 * mu + ...)` reading mu) is written into its own
+    # parameter's buffer, and is a read here.
     outputs = module.aliased_outputs() if comp.is_entry else {}
-    writes = [u for u in copy_users if u.name in outputs]
+    src = comp.by_name.get(v)
+    own = (int(src.operand_text) if src is not None and src.opcode == "parameter"
+           and comp.is_entry and src.operand_text.strip().isdigit()
+           else copy.buffer_parameter)
+    writes = [u for u in copy_users if own is not None and outputs.get(u.name) == own]
     readers = [a for u in copy_users if u not in writes
                for a in _reads(module, u, (done or ins).name)]
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
-    src = comp.by_name.get(v)
     if src is not None and src.opcode == "parameter" and comp.is_entry:
       # The donated buffer itself: whatever output is written into it overwrites it.
       in_place += [comp.by_name[n] for n, k in outputs.items()
-                   if str(k) == src.operand_text.strip() and n in comp.by_name]
+                   if k == own and n in comp.by_name]
     writer = (writes or in_place)[0] if (writes or in_place) else None
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

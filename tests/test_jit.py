@@ -98,6 +98,61 @@ def test_two_buffers_of_one_type_each_updated_in_its_own_output():
   assert not any(f.kind == "donated_not_aliased" for f in r.report.findings)
 
 
+def lion_every_second_step(p, mu, acc, x, mini):
+  """optax.MultiSteps(optax.lion), written out: mu's and acc's buffers are written
+  by their own updates, p's by its own, and one line reads or updates each leaf."""
+  g = jax.grad(lambda p: jnp.sum(jnp.tanh(x @ p["w1"]) @ p["w2"]))(p)
+  acc2 = jax.tree.map(lambda a, g: a + g, acc, g)
+  emit = mini == 1
+  upd = jax.tree.map(lambda m, a: -1e-3 * jnp.sign(0.9 * m + 0.1 * a), mu, acc2)
+  mu = jax.tree.map(lambda m, a: jnp.where(emit, 0.99 * m + 0.01 * a, m), mu, acc2)
+  acc = jax.tree.map(lambda a: (1 - emit) * a, acc2)
+  p = jax.tree.map(lambda p, u: p + emit * u, p, upd)
+  return p, mu, acc, mini + 1
+
+
+def test_a_copy_names_its_own_update_and_its_own_conflicts():
+  # XLA copies mu and acc, whose buffers their own updates write (the where, the
+  # product), not p's update, which reads them. The conflicts a copy's cause adds
+  # are about its own buffer: not about the transposed matrix, or the other
+  # buffer of its type, read on the same lines.
+  src, start = inspect.getsourcelines(lion_every_second_step)
+  line = {k: start + next(i for i, t in enumerate(src) if t.lstrip().startswith(k))
+          for k in ("mu = ", "acc = ", "p = ")}
+  tree = lambda k: {"w1": _x(64)[:, :32] + k, "w2": _x(64)[:32] - k}
+  r = compare(lion_every_second_step, tree(0), tree(1), tree(2), _x(64)[:8],
+              jnp.int32(1), donate_argnums=(0, 1, 2))
+  copies = r.report.buffer_copies(1024)
+  assert any(c.buffer.startswith("mu") for c in copies) or not ON_CPU, r.report
+  for c in copies:
+    want = line["mu = " if c.buffer.startswith("mu") else
+                "acc = " if c.buffer.startswith("acc") else "p = "]
+    assert c.writer is not None and c.writer.location.line == want, c
+    assert set(re.findall(r"float32\[[0-9,]+\]", c.cause)) <= {c.type_str}, c.cause
+
+
+def test_a_conflict_explains_only_copies_of_its_buffer():
+  from inplace_jax._jit import _about
+  from inplace_jax._plan import Conflict, FindingKind
+  from inplace_jax._report import Access, CopyInfo, SourceLocation
+  at = lambda line: Access("mul", SourceLocation("f.py", line))
+  copy = CopyInfo("copy.1", "copy", None, (2, 3), "float32", 24, "m", "main", "entry",
+                  None, "parameter", "mu", "mu.1", None, None, "", category="buffer",
+                  buffer="mu", buffer_parameter=1, readers=(at(9),), writer=at(10))
+
+  def conflict(**kw):
+    kw = {"read": "f.py:9:3 (f)", "update": "f.py:10:5 (f)", **kw}
+    return Conflict(FindingKind.WOULD_CHANGE_ARITHMETIC, "m", **kw)
+  assert _about(conflict(), copy, None)
+  assert _about(conflict(buffer_type="float32[2,3]", argument="mu"), copy, None)
+  # A buffer of another type read and updated on the same lines.
+  assert not _about(conflict(buffer_type="float32[3,2]"), copy, None)
+  assert _about(conflict(buffer_type="float32[6]"), copy, "float32[6]")
+  # Another argument of the same type, read and updated on the same lines.
+  assert not _about(conflict(buffer_type="float32[2,3]", argument="acc"), copy, None)
+  assert not _about(conflict(read="f.py:7:1 (f)", update="f.py:8:1 (f)"), copy, None)
+
+
 def test_nested_jit_custom_vjp_and_checkpoint_bodies():
   def body(x):
     y = x[0, 0]

@@ -100,6 +100,16 @@ def nbytes(aval) -> int | None:
     return None
 
 
+def type_str(aval) -> str | None:
+  """`aval`'s type as a report writes a copy's (`CopyInfo.type_str`):
+  `float32[64,512]`."""
+  try:
+    dtype = getattr(aval.dtype, "name", str(aval.dtype))
+    return f"{dtype}[{','.join(str(int(d)) for d in aval.shape)}]"
+  except (AttributeError, TypeError):
+    return None
+
+
 def is_big(aval) -> bool:
   n = nbytes(aval)
   return n is not None and n >= MIN_BUFFER_BYTES

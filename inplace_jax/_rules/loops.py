@@ -18,7 +18,7 @@ from .. import _compat as C
 from .. import _traits
 from .._plan import Conflict, EqnInfo, FindingKind, InplaceUse
 from . import _build
-from ._registry import is_big, normalised_float, register
+from ._registry import is_big, normalised_float, register, type_str
 
 
 def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
@@ -31,7 +31,7 @@ def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
           f"loop carry {j} ({eqn.invars[i].aval.str_short()}) is not updated in "
           "place by the loop body: its last version is not what the body returns "
           "for that carry, so XLA copies it every iteration",
-          update=C.source_summary(eqn)))
+          update=C.source_summary(eqn), buffer_type=type_str(eqn.invars[i].aval)))
   return tuple(out)
 
 
