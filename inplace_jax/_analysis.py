@@ -13,7 +13,8 @@ adding to a `_State`:
    in place; versions are followed forward from the buffers.
 2. `pick_successors`: for each version, the update that continues the buffer in
    place (one strong update, such as a scatter or a loop carry; failing that, one
-   elementwise op whose result has the buffer's type and leads to an output).
+   elementwise op whose result has the buffer's type and leads to an output: the
+   buffer's own, the one JAX aliases it to or the same carry, where known).
 3. `order_reads`: every read of a version goes before its successor, moving reads
    the user wrote after the update, unless the read depends on the update's result
    (a conflict: it needs the old and the new value at once).
@@ -66,16 +67,26 @@ class Analyzer:
     self.hints = hints
 
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
-               manual: bool = False, left: Sequence[bool] = ()) -> Plan:
+               manual: bool = False, left: Sequence[bool] = (),
+               targets: Sequence[int | None] = (),
+               names: Sequence[str | None] = ()) -> Plan:
     """`left` marks inputs (donated buffers jax.jit already updates in place) whose
-    versions are left exactly as they are: no chain of updates starts from them."""
+    versions are left exactly as they are: no chain of updates starts from them.
+    `targets` gives, per input, the output whose buffer it is (the output JAX
+    aliases a donated argument to, the same carry of a loop body); None or absent:
+    not known. `names`, per input, the argument's name as JAX writes it (a whole
+    program's): a conflict about one argument's buffer names it
+    (`Conflict.argument`)."""
     levels = tuple(_level(b) for b in buffers)
     left = tuple(bool(x) for x in left)
-    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left)
+    targets = tuple(None if t is None else int(t) for t in targets)
+    names = tuple(names)
+    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left, targets, names)
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
-    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left)
+    plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left, targets,
+                       names)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
 
@@ -93,9 +104,10 @@ def _level(b) -> int:
 
 
 def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False,
-            manual: bool = False) -> Plan:
-  """The sequencing plan for an open `core.Jaxpr` whose invars `buffers` are donated."""
-  return Analyzer()(jaxpr, buffers, in_loop, manual)
+            manual: bool = False, targets: Sequence[int | None] = ()) -> Plan:
+  """The sequencing plan for an open `core.Jaxpr` whose invars `buffers` are donated
+  (`targets`: see `Analyzer.__call__`)."""
+  return Analyzer()(jaxpr, buffers, in_loop, manual, targets=targets)
 
 
 @dataclasses.dataclass
@@ -105,8 +117,14 @@ class _State:
   buffers: tuple[int, ...]     # levels: BUFFER, STARTED or 0
   in_loop: bool
   manual: bool
+  # Per invar: the output whose buffer it is, where known (`Analyzer.__call__`).
+  targets: tuple[int | None, ...] = ()
+  # Per invar: the argument's name, where known (`Analyzer.__call__`).
+  names: tuple[str | None, ...] = ()
   infos: list[EqnInfo] = dataclasses.field(default_factory=list)
   versions: set[Any] = dataclasses.field(default_factory=set)
+  # Per version: the invars (by position) whose buffer it may continue.
+  roots: dict[Any, frozenset[int]] = dataclasses.field(default_factory=dict)
   updaters: dict[Any, list[tuple[int, InplaceUse]]] = dataclasses.field(
       default_factory=dict)
   successor: dict[Any, tuple[int, InplaceUse]] = dataclasses.field(default_factory=dict)
@@ -166,9 +184,11 @@ class _State:
 
 
 def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
-                analyzer: Analyzer, left: tuple[bool, ...] = ()) -> Plan:
+                analyzer: Analyzer, left: tuple[bool, ...] = (),
+                targets: tuple[int | None, ...] = (),
+                names: tuple[str | None, ...] = ()) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
-  st = _State(Graph(_dce(jaxpr)), buffers, in_loop, manual,
+  st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets, names=names,
               inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints)
   find_versions(st, analyzer, left)
   pick_successors(st)
@@ -182,7 +202,7 @@ def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
 # --------------------------------------------------------------------------- helpers
 
 
-def _dce(jaxpr):
+def dce(jaxpr):
   """Drops equations whose results are unused and that have no effects.
 
   A dead equation that reads a buffer would otherwise count as a read and, through
@@ -237,6 +257,7 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
   levels: dict[Any, int] = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
             if b and _rules.is_big(v.aval)}
   st.versions = set(levels)
+  st.roots = {v: frozenset({i}) for i, v in enumerate(g.jaxpr.invars) if v in levels}
   # Versions of the buffers left alone: an update of one continues it, and no
   # chain of ours may start there (the operand's type, out of any equation).
   alone = {v for v, x in zip(g.jaxpr.invars, left) if x}
@@ -257,6 +278,7 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
       if v in st.versions or (use.strong and v in g.producer):
         st.versions.update((v, out))
         levels[out] = levels.setdefault(v, STARTED)
+        st.roots[out] = st.roots.get(out, frozenset()) | st.roots.get(v, frozenset())
         st.updaters.setdefault(v, []).append((k, use))
         kept.append(use)
     if len(kept) != len(info.uses):
@@ -277,14 +299,21 @@ def _can_start(g: Graph, v) -> bool:
 
 
 def pick_successors(st: _State) -> None:
-  """The update that continues each version in place."""
+  """The update that continues each version in place: the one that leads to the
+  output whose buffer it is (`_State.targets`) where that is known, else the one
+  that leads to the first output it reaches."""
   g = st.g
   reaches_out = _reaching_outputs(st)
+
+  def rank(v, u) -> int:
+    reached = reaches_out.get(_out(st, *u), ())
+    return 2 if not reached else 0 if _targets(st, v) & set(reached) else 1
+
   for v, ups in st.updaters.items():
     strong = [u for u in ups if u[1].strong]
     weak = [u for u in ups if not u[1].strong]
     if strong:
-      best = next((u for u in strong if _out(st, *u) in reaches_out), strong[0])
+      best = min(strong, key=lambda u: rank(v, u))    # stable: strong[0] on a tie
       st.successor[v] = best
       if len(strong) > 1:
         other = next(u for u in strong if u is not best)
@@ -293,34 +322,53 @@ def pick_successors(st: _State) -> None:
             f"{len(strong)} updates of the same {v.aval.str_short()} version are "
             "live at once; each one but the first needs its own copy",
             read=_src(g.eqns[other[0]]), update=_src(g.eqns[best[0]]),
-            nbytes=_rules.nbytes(v.aval)))
+            nbytes=_rules.nbytes(v.aval),
+            buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     elif v not in g.outvars:
       # A version that is returned ends its buffer's chain: an elementwise op that
       # reads it makes a new value, not the buffer's next version.
-      # The one that leads to the first output: JAX aliases a donated buffer to
-      # the first output of its type (`sin(x)` and `x + sin(x)` both continue x).
-      leading = sorted((u for u in weak if _out(st, *u) in reaches_out),
-                       key=lambda u: reaches_out[_out(st, *u)])
+      # Of the elementwise ops that read it (`x + u` and `p - 0.1 * x` both have
+      # x's type), the one that leads to x's own output: the one JAX aliases x to
+      # (with two donated buffers of one type, x's is not the first of its type),
+      # or the same carry of a loop body. Failing that (a call's body), the one
+      # that leads to the first output.
+      leading = sorted((u for u in weak if reaches_out.get(_out(st, *u))),
+                       key=lambda u: (rank(v, u), reaches_out[_out(st, *u)][0]))
       if leading:
         st.successor[v] = leading[0]
   _drop_unreturned_chains(st)
 
 
-def _reaching_outputs(st: _State) -> dict[Any, int]:
+def _targets(st: _State, v) -> set[int]:
+  """The outputs whose buffers version `v` may continue (`_State.targets`)."""
+  return {t for i in st.roots.get(v, ()) if i < len(st.targets)
+          for t in (st.targets[i],) if t is not None}
+
+
+def _argument(st: _State, v) -> str | None:
+  """The argument whose buffer version `v` continues, by name, where it is one
+  named argument's (`_State.names`)."""
+  roots = st.roots.get(v, frozenset())
+  if len(roots) != 1:
+    return None
+  (i,) = roots
+  return st.names[i] if i < len(st.names) else None
+
+
+def _reaching_outputs(st: _State) -> dict[Any, tuple[int, ...]]:
   """Versions that lead to an output through in-place uses (backward), each with
-  the first output it leads to."""
+  the outputs it leads to, in order."""
   g = st.g
-  reaches_out: dict[Any, int] = {}
+  reaches: dict[Any, set[int]] = {}
   for i, v in enumerate(g.jaxpr.outvars):   # in order: `g.outvars` is a set
-    if not C.is_literal(v) and v in st.versions and v not in reaches_out:
-      reaches_out[v] = i
+    if not C.is_literal(v) and v in st.versions:
+      reaches.setdefault(v, set()).add(i)
   for k in range(g.n - 1, -1, -1):
     for use in st.infos[k].uses:
       out = _out(st, k, use)
-      if out in reaches_out:
-        v = g.eqns[k].invars[use.operand]
-        reaches_out[v] = min(reaches_out.get(v, reaches_out[out]), reaches_out[out])
-  return reaches_out
+      if out in reaches:
+        reaches.setdefault(g.eqns[k].invars[use.operand], set()).update(reaches[out])
+  return {v: tuple(sorted(outs)) for v, outs in reaches.items()}
 
 
 def _drop_unreturned_chains(st: _State) -> None:
@@ -358,13 +406,15 @@ def order_reads(st: _State) -> None:
           FindingKind.UPDATE_READS_OLD,
           f"{g.eqns[u].primitive} both updates a {v.aval.str_short()} in place and "
           "reads its old value through another operand; XLA copies it",
-          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     if v in g.outvars:
       st.conflicts.append(Conflict(
           FindingKind.OLD_VERSION_ESCAPES,
           f"the {v.aval.str_short()} value before an update is also returned; "
           "returning the old and the new value needs a copy",
-          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+          update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     st.read_sets[v] = reads
     for r in reads:
       if r < u:
@@ -379,7 +429,8 @@ def order_reads(st: _State) -> None:
           f"a read of the old {v.aval.str_short()} value depends on the updated "
           "value, so it cannot run before the update; XLA keeps a copy of the old "
           "value", read=_src(g.eqns[r]), update=_src(g.eqns[u]),
-          nbytes=_rules.nbytes(v.aval)))
+          nbytes=_rules.nbytes(v.aval),
+          buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
     else:
       g.edges[r].add(u)
       st.moved.add(r)
@@ -545,7 +596,8 @@ def _untied(st: _State, r: int, u: int, v, why: str) -> None:
       FindingKind.WOULD_CHANGE_ARITHMETIC,
       f"the read of the {v.aval.str_short()} buffer is not ordered before its "
       f"update by a barrier: {why}",
-      read=_src(g.eqns[r]), update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval)))
+      read=_src(g.eqns[r]), update=_src(g.eqns[u]), nbytes=_rules.nbytes(v.aval),
+      buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
 
 
 def _co_outputs(st: _State, v, p: int | None) -> list[Any]:
@@ -1020,7 +1072,8 @@ def _schedulable(st: _State, after: dict[int, set[int]]):
         f"the reads of this {v.aval.str_short()} value cannot be ordered before its "
         "update together with the other buffers' reads (each needs the other's "
         "first); this update is left to XLA", update=_src(g.eqns[u]),
-        nbytes=_rules.nbytes(v.aval)))
+        nbytes=_rules.nbytes(v.aval),
+        buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
   return {u: vs for u, vs in st.pre_versions.items() if u in kept}, order
 
 

@@ -13,9 +13,13 @@ Pure text, like `_hlo.py`. A copy is one of four kinds (`CopyInfo.category`):
 * `"temporary"`: anything else (random-number state, a slice kept for later).
 
 Versions are found by following the donated entry parameters forward through what
-can write a buffer in place or pass it on: tuples, bitcasts, copies,
-dynamic-update-slice and scatter (operand 0), elementwise ops and fusions whose
-result has an operand's type, loops (carries, to a fixpoint), conditionals and calls.
+updates a value or passes it on: tuples, bitcasts, copies, dynamic-update-slice and
+scatter (operand 0), elementwise ops whose result has an operand's type, fusions
+whose result has the type of an operand they compute it from element by element
+(`x * 0.9 + g`; not `b - A @ x`, whose x reaches the result only through a dot: a
+new value computed from x is no version of it), loops, conditionals and calls. A
+loop's carry is the buffer that enters it: the body writes each carry's new value
+into that carry's buffer, whatever the value was computed from.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from collections.abc import Iterable
 from typing import Union
 
 from . import _explain
-from ._hlo import ArrayShape, Computation, HloModule, Instruction, TupleShape, trace_source
+from ._hlo import (
+    ELEMENTWISE, ArrayShape, Computation, HloModule, Instruction, TupleShape,
+    trace_source)
 from ._report import CopyInfo
 
 # A value's lineage: the donated parameters it may be a version of; for a tuple, one
@@ -35,11 +41,6 @@ _NONE: frozenset = frozenset()
 
 _PASS = frozenset({"bitcast", "copy", "copy-done", "opt-barrier"})
 _OPERAND0 = frozenset({"dynamic-update-slice", "scatter"})
-# Elementwise opcodes: the result may be written over an operand of its type.
-_ELEMENTWISE = frozenset((
-    "add subtract multiply divide maximum minimum select clamp negate abs and or xor "
-    "not remainder power sign floor ceil round-nearest-even round-nearest-afz "
-    "exponential log tanh sqrt rsqrt convert").split())
 _MAX_ROUNDS = 20
 
 
@@ -137,7 +138,7 @@ class _Lineages:
       return (ops[0], ops[0], _NONE) if ops else _NONE
     if op in ("while", "conditional", "call", "fusion"):
       return self._control(comp, ins, op, ops)
-    if op in _ELEMENTWISE:
+    if op in ELEMENTWISE:
       return _union(lin for o, lin in zip(ins.operands, ops, strict=True)
                     if _same_array(comp.by_name[o].shape, ins.shape))
     return _NONE
@@ -161,13 +162,13 @@ class _Lineages:
 
   def _control(self, comp, ins, op, ops) -> Lineage:
     if op == "while":
+      # Each carry is one buffer for the whole loop (XLA copies whatever the body
+      # computes elsewhere into it): the buffer that enters the loop. A carry
+      # computed from another one (`p + r`, `x + 0.1 * p`) is not that one's
+      # version: it is written into its own carry's buffer.
       for name in self._callees(ins, "body", "condition"):
         self._feed(name, 0, ops[0] if ops else _NONE)
-      body = self._callees(ins, "body")
-      root = self._root(body[0]) if body else _NONE
-      if body:
-        self._feed(body[0], 0, root)   # next iteration's carry
-      return _merge(ops[0] if ops else _NONE, root)
+      return ops[0] if ops else _NONE
     if op == "conditional":
       branches = self._callees(ins, "branch_computations", "true_computation",
                                "false_computation")
@@ -186,14 +187,48 @@ class _Lineages:
     return self._fusion(comp, ins, ops)
 
   def _fusion(self, comp, ins, ops) -> Lineage:
-    """A fusion may write its result over an operand of the result's type (an
-    in-place dynamic-update-slice or scatter inside, or elementwise arithmetic)."""
+    """A fusion's result is a version of an operand of its type that it computes
+    the result from element by element (elementwise arithmetic, an in-place
+    dynamic-update-slice or scatter into it; XLA writes it over the operand where
+    nothing else in the fusion reads it, else into a buffer of its own and copies
+    it on, the user's update all the same). Not of an operand that reaches the
+    result only through a dot, a reduction, a broadcast or a slice: the result is
+    a new value computed from it."""
+    fused = self.module.computations.get(
+        ins.attributes.get("calls", "").strip().lstrip("%"))
+    shares = [fused is not None and _elementwise_path(fused, k)
+              for k in range(len(ins.operands))]
+
     def like(shape):
-      return _union(lin for o, lin in zip(ins.operands, ops, strict=True)
-                    if _same_array(comp.by_name[o].shape, shape))
+      return _union(lin for o, lin, ok in zip(ins.operands, ops, shares, strict=True)
+                    if ok and _same_array(comp.by_name[o].shape, shape))
     if isinstance(ins.shape, TupleShape):
       return tuple(like(s) for s in ins.shape.elements)
     return like(ins.shape)
+
+
+def _elementwise_path(fused: Computation, k: int) -> bool:
+  """Whether fusion computation `fused` computes its result from parameter `k`
+  element by element: along a path of elementwise ops (and bitcasts, copies,
+  tuples, the buffer a dynamic-update-slice or scatter writes into) from the
+  parameter to the root, whatever else reads it (`x - 0.5 * x[5]` updates x;
+  `b - A @ x`, where x reaches the result only through a dot, is a new value)."""
+  start = [i for i in fused.instructions
+           if i.opcode == "parameter" and i.operand_text.strip() == str(k)]
+  stack, seen = list(start), set()
+  while stack:
+    ins = stack.pop()
+    if ins.is_root or ins is fused.instructions[-1]:
+      return True
+    if ins.name in seen:
+      continue
+    seen.add(ins.name)
+    for user in fused.users.get(ins.name, []):
+      positions = [j for j, o in enumerate(user.operands) if o == ins.name]
+      if user.opcode in ELEMENTWISE or user.opcode in _PASS or user.opcode == "tuple" \
+          or (user.opcode in _OPERAND0 and 0 in positions):
+        stack.append(user)
+  return False
 
 
 def _layout(shape) -> str:

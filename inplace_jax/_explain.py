@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._hlo import Computation, HloModule, Instruction
+from ._hlo import ELEMENTWISE, Computation, HloModule, Instruction
 from ._report import Access, CopyInfo
 
 _IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
@@ -121,14 +121,7 @@ def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
 
 # Elementwise HLO ops: each result element reads its operands' elements at its own
 # index, which a fusion writing over an operand may do in place.
-_SAME_INDEX = frozenset({
-    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert",
-    "cosine", "count-leading-zeros", "divide", "erf", "exponential",
-    "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
-    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
-    "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
-    "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
-    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor"})
+_SAME_INDEX = ELEMENTWISE
 
 
 def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
@@ -239,16 +232,22 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
                 for a in _reads(module, writer, o)]
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
-    # into the donated buffer is the update, not a read.
+    # into this buffer is the update, not a read. Only the output aliased to this
+    # buffer's parameter writes it: another output that reads the old value
+    # (`p + emit * sign(0.9 * mu + ...)` reading mu) is written into its own
+    # parameter's buffer, and is a read here.
     outputs = module.aliased_outputs() if comp.is_entry else {}
-    writes = [u for u in copy_users if u.name in outputs]
+    src = comp.by_name.get(v)
+    own = (int(src.operand_text) if src is not None and src.opcode == "parameter"
+           and comp.is_entry and src.operand_text.strip().isdigit()
+           else copy.buffer_parameter)
+    writes = [u for u in copy_users if own is not None and outputs.get(u.name) == own]
     readers = [a for u in copy_users if u not in writes
                for a in _reads(module, u, (done or ins).name)]
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
-    src = comp.by_name.get(v)
     if src is not None and src.opcode == "parameter" and comp.is_entry:
       # The donated buffer itself: whatever output is written into it overwrites it.
       in_place += [comp.by_name[n] for n, k in outputs.items()
-                   if str(k) == src.operand_text.strip() and n in comp.by_name]
+                   if k == own and n in comp.by_name]
     writer = (writes or in_place)[0] if (writes or in_place) else None
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)

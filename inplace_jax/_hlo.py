@@ -717,6 +717,18 @@ def enclosing_trip_count(module: HloModule, comp: Computation) -> int | None:
 # Ops that pass a buffer's contents through unchanged, for tracing what a copy copies.
 _PASS_THROUGH = frozenset({"bitcast", "copy", "copy-done"})
 
+# Elementwise opcodes (XLA's `HloInstruction::IsElementwise`): each result element
+# reads its operands' elements at its own index, so the result may be written over
+# an operand of its type, in place.
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert",
+    "cosine", "count-leading-zeros", "divide", "erf", "exponential",
+    "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
+    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
+    "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
+    "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor"})
+
 
 def trace_source(module: HloModule, comp: Computation,
                  name: str) -> tuple[Instruction | None, Computation]:

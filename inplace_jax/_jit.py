@@ -350,8 +350,10 @@ class InplaceJitted:
     threshold = significant_bytes(plain.report, self.min_bytes)
     if plain.report.verified and not plain.report.buffer_copies(threshold) and \
         not plain.report.loop_temporaries(loop_bytes(threshold)):
-      return self._made(plain, None, (plain,), "jax.jit's program copies no buffer",
-                        threshold)
+      # The report lists the smaller buffer copies it does make: say where the line is.
+      reason = ("jax.jit's program copies no buffer" if not plain.report.buffer_copies()
+                else f"jax.jit's program copies no buffer of {threshold:,} bytes or more")
+      return self._made(plain, None, (plain,), reason, threshold)
     # Only the buffers jax.jit's program copies are sequenced: the others it
     # already updates in place, and are left exactly as they are.
     buffers = _copied_buffers(p, plain.report, threshold)
@@ -688,6 +690,20 @@ def _unique(items) -> tuple:
   return tuple(out)
 
 
+def _about(k: _plan.Conflict, c, buffer_type: str | None) -> bool:
+  """Whether conflict `k` is about the buffer that copy `c` copies (`buffer_type`:
+  that donated argument's type): the argument it names, else a read or the update
+  at the copy's source lines, of a buffer of its type (the copy's own, per device,
+  or the argument's). One source line can read and update several buffers (an
+  optimizer's `p + u` over a tree): a conflict about a float32[512,64] buffer
+  says nothing about a float32[64,512] one."""
+  if k.argument is not None:
+    return k.argument == c.buffer
+  if k.buffer_type is not None and k.buffer_type not in (c.type_str, buffer_type):
+    return False
+  return any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
+
+
 def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> CopyReport:
   """`report` with what the analysis knows added to each buffer copy's cause: the
   conflicts and untied reads at the copy's reads and update, and the arithmetic a
@@ -698,15 +714,16 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
     return report
   changed = [o for c in candidates for o in c.changed
              if not isinstance(o, str) or o == _llvm.CONTRACTIONS]
+  donated: dict[int | None, str] = {
+      d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
+      for d in report.donations if d.parameter is not None}
   used: list = []
   out = []
   for c in report.copies:
     if c not in copies:
       out.append(c)
       continue
-    notes = [k for k in conflicts
-             if any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
-             or (k.argument is not None and k.argument == c.buffer)]
+    notes = [k for k in conflicts if _about(k, c, donated.get(c.buffer_parameter))]
     used += [k for k in notes if k not in used]
     extra = [k.message for k in notes]
     if changed and not notes:

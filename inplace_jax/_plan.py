@@ -68,6 +68,10 @@ class Conflict:
   update: str | None = None    # `file:line (function)` of the update
   nbytes: int | None = None    # size of the buffer that is copied, where known
   argument: str | None = None  # the donated argument it is about, by name
+  # The type of the buffer it is about, as a report writes a copy's
+  # (`CopyInfo.type_str`, "float32[64,512]"), where known: it explains only copies
+  # of a buffer of that type.
+  buffer_type: str | None = None
 
   def locations(self) -> tuple[str, ...]:
     out = []

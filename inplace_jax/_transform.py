@@ -25,7 +25,7 @@ import jax
 
 from . import _compat as C
 from . import _passes
-from ._analysis import Analyzer
+from ._analysis import Analyzer, dce
 from ._errors import InplaceNestingWarning, user_stacklevel
 from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
@@ -98,11 +98,17 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     # Donated buffers not to sequence are left exactly as they are.
     left = tuple(d and not b and hints.leave
                  for d, b in zip(donated, buffers, strict=True))
-    plan = analyzer(jaxpr, buffers, in_loop, left=left)
+    # A whole program: each donated buffer's own output is the one JAX aliases it
+    # to, which its chain of updates should end in; its conflicts name it.
+    whole = boundary and not in_loop
+    targets = tuple(C.predicted_aliases(dce(jaxpr), donated)) if whole else ()
+    names = _given_names(jaxpr) if whole else ()
+    plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets, names=names)
     if ctx.restructured:
       plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
-    if boundary and not in_loop:
-      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left)
+    if whole:
+      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left, targets,
+                             names)
     new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
@@ -112,7 +118,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   return C.ClosedJaxpr(new, consts), plan
 
 
-def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=()) -> Plan:
+def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
+                    targets=(), names=()) -> Plan:
   """The plan with only the donated buffers XLA can update in place: those whose
   last version is the output JAX aliases them to (JAX pairs donated inputs with
   outputs of the same shape and dtype, in order). The others are read-only to XLA,
@@ -125,21 +132,26 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=()) -> P
   if not dropped:
     return plan
   first = plan
-  plan = analyzer(jaxpr, kept, False, left=left)
+  plan = analyzer(jaxpr, kept, False, left=left, targets=targets, names=names)
   names = _arg_names(jaxpr)
   notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
       c for c in first.all_conflicts() if c not in plan.all_conflicts()))
 
 
-def _arg_names(jaxpr) -> list[str]:
+def _given_names(jaxpr) -> tuple[str | None, ...]:
+  """Each input's argument name as JAX writes it (the report's `CopyInfo.buffer`);
+  None where JAX gave none."""
   names = getattr(getattr(jaxpr, "debug_info", None), "arg_names", None)
   n = len(jaxpr.invars)
   if names is None or len(names) > n:
-    return [f"input {i}" for i in range(n)]
+    return (None,) * n
   # Constants JAX hoisted come first and have no argument name.
-  pad = [f"input {i}" for i in range(n - len(names))]
-  return pad + [str(a) if a else f"input {i + len(pad)}" for i, a in enumerate(names)]
+  return (None,) * (n - len(names)) + tuple(str(a) if a else None for a in names)
+
+
+def _arg_names(jaxpr) -> list[str]:
+  return [a or f"input {i}" for i, a in enumerate(_given_names(jaxpr))]
 
 
 def _alias_conflict(name: str, flow: int | None, alias: int | None) -> Conflict:

@@ -251,3 +251,67 @@ def test_metadata_and_backend_config_forms():
       r'backend_config="{\"known_trip_count\":{\"n\":\"7\"}}"')
   assert _hlo.known_trip_count(json_form) == 5
   assert _hlo.known_trip_count(quoted_form) == 7
+
+
+# --------------------------------------------------------------------------- lineage
+
+# x (parameter 0) is donated. `%ax` is x's elementwise update (it may take x's
+# buffer), `%dx` a product that reads x (a new buffer); the loop carries x in slot
+# 0 and, in slot 1, a value computed from both slots.
+_LINEAGE = """HloModule m, input_output_alias={ {0}: (0, {}, may-alias) }
+
+%fused_dot (p.0: f32[8,8], p.1: f32[8,8]) -> f32[8,8] {
+  %p.0 = f32[8,8]{1,0} parameter(0)
+  %p.1 = f32[8,8]{1,0} parameter(1)
+  ROOT %d = f32[8,8]{1,0} dot(%p.0, %p.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_axpy (q.0: f32[8,8], q.1: f32[8,8]) -> f32[8,8] {
+  %q.0 = f32[8,8]{1,0} parameter(0)
+  %q.1 = f32[8,8]{1,0} parameter(1)
+  %c = f32[] constant(0.9)
+  %b = f32[8,8]{1,0} broadcast(%c), dimensions={}
+  %m = f32[8,8]{1,0} multiply(%q.0, %b)
+  ROOT %a = f32[8,8]{1,0} add(%m, %q.1)
+}
+
+%body (t: (f32[8,8], f32[8,8])) -> (f32[8,8], f32[8,8]) {
+  %t = (f32[8,8]{1,0}, f32[8,8]{1,0}) parameter(0)
+  %t.0 = f32[8,8]{1,0} get-tuple-element(%t), index=0
+  %t.1 = f32[8,8]{1,0} get-tuple-element(%t), index=1
+  %keep.0 = f32[8,8]{1,0} copy(%t.0)
+  %keep.1 = f32[8,8]{1,0} copy(%t.1)
+  %s = f32[8,8]{1,0} add(%t.1, %t.0)
+  ROOT %r = (f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%keep.0, %s)
+}
+
+%cond (u: (f32[8,8], f32[8,8])) -> pred[] {
+  %u = (f32[8,8]{1,0}, f32[8,8]{1,0}) parameter(0)
+  ROOT %f = pred[] constant(false)
+}
+
+ENTRY %main (x: f32[8,8], g: f32[8,8]) -> (f32[8,8], f32[8,8], f32[8,8]) {
+  %x = f32[8,8]{1,0} parameter(0)
+  %g = f32[8,8]{1,0} parameter(1)
+  %dx = f32[8,8]{1,0} fusion(%g, %x), kind=kOutput, calls=%fused_dot
+  %copy.dx = f32[8,8]{1,0} copy(%dx)
+  %ax = f32[8,8]{1,0} fusion(%x, %g), kind=kLoop, calls=%fused_axpy
+  %copy.ax = f32[8,8]{1,0} copy(%ax)
+  %init = (f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%ax, %dx)
+  %w = (f32[8,8]{1,0}, f32[8,8]{1,0}) while(%init), condition=%cond, body=%body
+  %w.0 = f32[8,8]{1,0} get-tuple-element(%w), index=0
+  %w.1 = f32[8,8]{1,0} get-tuple-element(%w), index=1
+  ROOT %out = (f32[8,8]{1,0}, f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%w.0, %w.1, %copy.dx)
+}
+"""
+
+
+def test_lineage_follows_buffers_not_values_computed_from_them():
+  # A copy of an elementwise update of x, or of the carry that holds x, copies x's
+  # buffer; a copy of a product that reads x, or of another carry computed from
+  # x's, copies a buffer of its own (`_buffers.py`).
+  report = report_from_text(_LINEAGE)
+  assert report.verified, report.problems
+  kinds = {c.name: (c.category, c.buffer_parameter) for c in report.copies}
+  assert kinds == {"copy.dx": ("temporary", None), "copy.ax": ("buffer", 0),
+                   "keep.0": ("buffer", 0), "keep.1": ("temporary", None)}, kinds

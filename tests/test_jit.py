@@ -84,6 +84,93 @@ def test_dict_of_donated_buffers():
   assert (r.ref_big_copies(FULL) or not ON_CPU) and not r.big_copies(FULL)
 
 
+def test_two_buffers_of_one_type_each_updated_in_its_own_output():
+  # Schedule-free's step: z's old value reaches output 0 elementwise, its update
+  # is output 1, the output JAX gives z's buffer to. Sequenced there, the copy of
+  # z jax.jit makes is gone (it was dropped as "the updated z is output 0").
+  def f(p, z, u):
+    z_new = z + u
+    prev = p - jnp.abs(z)
+    return prev + (z_new - prev) * 0.5, z_new
+  r = compare(f, _x(), _x() + 1, _x() * 0.5, donate_argnums=(0, 1))
+  assert r.ref_report.buffer_copies(FULL) or not ON_CPU
+  assert not r.report.buffer_copies(FULL), r.report
+  assert not any(f.kind == "donated_not_aliased" for f in r.report.findings)
+
+
+def lion_every_second_step(p, mu, acc, x, mini):
+  """optax.MultiSteps(optax.lion), written out: mu's and acc's buffers are written
+  by their own updates, p's by its own, and one line reads or updates each leaf."""
+  g = jax.grad(lambda p: jnp.sum(jnp.tanh(x @ p["w1"]) @ p["w2"]))(p)
+  acc2 = jax.tree.map(lambda a, g: a + g, acc, g)
+  emit = mini == 1
+  upd = jax.tree.map(lambda m, a: -1e-3 * jnp.sign(0.9 * m + 0.1 * a), mu, acc2)
+  mu = jax.tree.map(lambda m, a: jnp.where(emit, 0.99 * m + 0.01 * a, m), mu, acc2)
+  acc = jax.tree.map(lambda a: (1 - emit) * a, acc2)
+  p = jax.tree.map(lambda p, u: p + emit * u, p, upd)
+  return p, mu, acc, mini + 1
+
+
+def test_a_copy_names_its_own_update_and_its_own_conflicts():
+  # XLA copies mu and acc, whose buffers their own updates write (the where, the
+  # product), not p's update, which reads them. The conflicts a copy's cause adds
+  # are about its own buffer: not about the transposed matrix, or the other
+  # buffer of its type, read on the same lines.
+  src, start = inspect.getsourcelines(lion_every_second_step)
+  line = {k: start + next(i for i, t in enumerate(src) if t.lstrip().startswith(k))
+          for k in ("mu = ", "acc = ", "p = ")}
+  tree = lambda k: {"w1": _x(64)[:, :32] + k, "w2": _x(64)[:32] - k}
+  r = compare(lion_every_second_step, tree(0), tree(1), tree(2), _x(64)[:8],
+              jnp.int32(1), donate_argnums=(0, 1, 2))
+  copies = r.report.buffer_copies(1024)
+  assert any(c.buffer.startswith("mu") for c in copies) or not ON_CPU, r.report
+  for c in copies:
+    want = line["mu = " if c.buffer.startswith("mu") else
+                "acc = " if c.buffer.startswith("acc") else "p = "]
+    assert c.writer is not None and c.writer.location.line == want, c
+    assert set(re.findall(r"float32\[[0-9,]+\]", c.cause)) <= {c.type_str}, c.cause
+
+
+def test_a_conflict_explains_only_copies_of_its_buffer():
+  from inplace_jax._jit import _about
+  from inplace_jax._plan import Conflict, FindingKind
+  from inplace_jax._report import Access, CopyInfo, SourceLocation
+  at = lambda line: Access("mul", SourceLocation("f.py", line))
+  copy = CopyInfo("copy.1", "copy", None, (2, 3), "float32", 24, "m", "main", "entry",
+                  None, "parameter", "mu", "mu.1", None, None, "", category="buffer",
+                  buffer="mu", buffer_parameter=1, readers=(at(9),), writer=at(10))
+
+  def conflict(**kw):
+    kw = {"read": "f.py:9:3 (f)", "update": "f.py:10:5 (f)", **kw}
+    return Conflict(FindingKind.WOULD_CHANGE_ARITHMETIC, "m", **kw)
+  assert _about(conflict(), copy, None)
+  assert _about(conflict(buffer_type="float32[2,3]", argument="mu"), copy, None)
+  # A buffer of another type read and updated on the same lines.
+  assert not _about(conflict(buffer_type="float32[3,2]"), copy, None)
+  assert _about(conflict(buffer_type="float32[6]"), copy, "float32[6]")
+  # Another argument of the same type, read and updated on the same lines.
+  assert not _about(conflict(buffer_type="float32[2,3]", argument="acc"), copy, None)
+  assert not _about(conflict(read="f.py:7:1 (f)", update="f.py:8:1 (f)"), copy, None)
+
+
+def test_the_decision_names_the_size_below_which_copies_are_left():
+  # jax.jit copies the small donated y (openxla/xla#20440), under 1% of the donated
+  # bytes: listed in the report, not warned about, and jax.jit's program runs. The
+  # decision says it copies no buffer of the threshold's size, not "no buffer".
+  f = inplace_jax.jit(lambda x, y: (x * 2.0, *example_20440(y)), donate_argnums=(0, 1),
+                      on_copy="ignore")
+  f(_x(), _x(8))
+  sig = f.signatures[-1]
+  small = sig.report.buffer_copies()
+  assert small or not ON_CPU, sig.report
+  assert all(c.nbytes < sig.threshold for c in small), sig.report
+  assert sig.program == "jax.jit"
+  if small:
+    assert sig.report.decision == (f"jax.jit's program copies no buffer of "
+                                   f"{sig.threshold:,} bytes or more"), sig.report
+  assert "copies no buffer" in str(sig.report)
+
+
 def test_nested_jit_custom_vjp_and_checkpoint_bodies():
   def body(x):
     y = x[0, 0]

@@ -104,6 +104,23 @@ def test_elementwise_update_continues_into_the_aliased_output():
   assert _plan.FindingKind.WOULD_CHANGE_ARITHMETIC in kinds, plan.all_conflicts()
 
 
+def test_elementwise_chains_end_in_the_output_each_buffer_is_aliased_to():
+  # Two donated buffers of one type: JAX aliases p to output 0 and z to output 1.
+  # Only z is sequenced (jax.jit copies only z), so z's old value reaches output 0
+  # through elementwise ops (`0.1 * z`, then `p - 0.1 * z`); its update `z + u` is
+  # output 1: z's chain ends there, not in the first output of its type.
+  def f(p, z, u):
+    z_new = z + u
+    x = (p - 0.1 * z) / 0.9
+    return p + (0.9 * x + 0.1 * z_new - p), z_new
+  closed = jax.make_jaxpr(f)(_x(0), _x(1), _x(2))
+  _, plan = inplace_jax.sequence_jaxpr(closed, donated=[True, True, False],
+                                       buffers=[False, True, False])
+  assert plan.flows[1] == 1, plan.flows
+  kinds = {c.kind for c in plan.all_conflicts()}
+  assert _plan.FindingKind.NOT_ALIASED not in kinds, plan.all_conflicts()
+
+
 def test_repeated_index_scatter_add_is_not_split():
   def f(x):
     idx = jnp.array([1, 1, 2])
@@ -173,6 +190,20 @@ def test_scanned_buffer_is_carried():
   new, _ = inplace_jax.sequence_jaxpr(closed, [True, False])
   scan = next(e for e in new.jaxpr.eqns if e.primitive is C.scan_p)
   assert scan.params["num_carry"] > 1     # the stack rides the carry
+
+
+def test_elementwise_carry_chain_ends_in_its_own_carry():
+  # p's old value reaches carry 0 through `p * 0.1` (the first operand of the add,
+  # so a weak update of p); its own update `p - 1` is carry 1, where it stays.
+  def f(x, p):
+    return lax.while_loop(lambda c: c[2] < 3,
+                          lambda c: (c[1] * 0.1 + c[0] * 0.9, c[1] - 1.0, c[2] + 1),
+                          (x, p, 0))
+  plan = assert_plan(f, (_x(), _x(1)))
+  (body,) = [sub for info in plan.infos for key, sub in info.subplans
+             if key == ("body_jaxpr", None)]
+  assert body.flows[-2] == 1, body.flows
+  assert not any("loop carry 1" in c.message for c in plan.all_conflicts()), plan
 
 
 def test_carry_not_returned_in_place_is_a_conflict():

@@ -21,4 +21,4 @@ from ._registry import (
     can_root as can_root, carries as carries, eqn_info as eqn_info, is_big as is_big,
     nbytes as nbytes, normalised_float as normalised_float,
     outputs_free_of as outputs_free_of, register as register, rule_for as rule_for,
-    same_type as same_type)
+    same_type as same_type, type_str as type_str)

@@ -46,7 +46,8 @@ class Context:
   # Inside a `shard_map` body: types carry manual axes that helper equations traced
   # on their own would lack.
   manual: bool
-  # analyze(jaxpr, buffers, in_loop, manual) -> Plan, for sub-jaxprs.
+  # analyze(jaxpr, buffers, in_loop, manual, targets=()) -> Plan, for sub-jaxprs
+  # (`_analysis.Analyzer.__call__`).
   analyze: Callable[..., Plan]
   # inner_sensitive(jaxpr, index) -> bool, memoised per analysis.
   inner_sensitive: Callable[[Any, int], bool]
@@ -95,6 +96,16 @@ MIN_BUFFER_BYTES = 1024
 def nbytes(aval) -> int | None:
   try:
     return int(aval.size) * aval.dtype.itemsize
+  except (AttributeError, TypeError):
+    return None
+
+
+def type_str(aval) -> str | None:
+  """`aval`'s type as a report writes a copy's (`CopyInfo.type_str`):
+  `float32[64,512]`."""
+  try:
+    dtype = getattr(aval.dtype, "name", str(aval.dtype))
+    return f"{dtype}[{','.join(str(int(d)) for d in aval.shape)}]"
   except (AttributeError, TypeError):
     return None
 

@@ -18,7 +18,7 @@ from .. import _compat as C
 from .. import _traits
 from .._plan import Conflict, EqnInfo, FindingKind, InplaceUse
 from . import _build
-from ._registry import is_big, normalised_float, register
+from ._registry import is_big, normalised_float, register, type_str
 
 
 def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
@@ -31,7 +31,7 @@ def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
           f"loop carry {j} ({eqn.invars[i].aval.str_short()}) is not updated in "
           "place by the loop body: its last version is not what the body returns "
           "for that carry, so XLA copies it every iteration",
-          update=C.source_summary(eqn)))
+          update=C.source_summary(eqn), buffer_type=type_str(eqn.invars[i].aval)))
   return tuple(out)
 
 
@@ -41,7 +41,9 @@ def _while_rule(eqn, is_version, ctx):
                                                 eqn.invars[cn + bn:], strict=True)]
   body = eqn.params["body_jaxpr"].jaxpr
   mask = [False] * bn + carry
-  plan = ctx.analyze(body, mask, True, ctx.manual)
+  # Each carry's buffer is the body's output for that carry.
+  plan = ctx.analyze(body, mask, True, ctx.manual,
+                     targets=[None] * bn + list(range(len(carry))))
   uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
                if is_version[cn + bn + j] and plan.flows[bn + j] == j)
   return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
@@ -64,7 +66,8 @@ def _scan_rule(eqn, is_version, ctx):
   mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
   # XLA unrolls a loop of one trip into straight-line code.
   in_loop = ctx.in_loop or eqn.params["length"] > 1
-  plan = ctx.analyze(body, mask, in_loop, ctx.manual)
+  plan = ctx.analyze(body, mask, in_loop, ctx.manual,
+                     targets=[None] * nc + list(range(nk)))
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   entry = _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask)
