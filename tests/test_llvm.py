@@ -214,20 +214,24 @@ def test_ir_recomputing_a_stored_value_is_the_same_arithmetic():
   assert _llvm.same_up_to_materialisation(b, a)
 
 
+# Kernel 1 stores a product; kernel 2 recomputes it next to the add it feeds.
+_PRODUCT = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  store float %m, ptr %q, align 4""")
+_FUSED = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %z = fadd float %m, 1.000000e+00
+  store float %z, ptr %p, align 4""")
+
+
 def test_ir_recomputation_that_can_round_differently_is_not_matched():
   """Not matched where reading the value from memory can change how its consumer
   rounds: a stored product recomputed next to the add it feeds (LLVM contracts the
   pair into an FMA), a consumer that may reassociate, a recomputation in another
   form."""
-  product = _kernel("k1", """\
-  %x = load float, ptr %p, align 4
-  %m = fmul float %x, 5.000000e-01
-  store float %m, ptr %q, align 4""")
-  fused = _kernel("k2", """\
-  %x = load float, ptr %p, align 4
-  %m = fmul float %x, 5.000000e-01
-  %z = fadd float %m, 1.000000e+00
-  store float %z, ptr %p, align 4""")
+  product, fused = _PRODUCT, _FUSED
   assert not _llvm.same_up_to_materialisation(_llvm.read([product, _READS_BACK]),
                                               _llvm.read([product, fused]))
   reassoc = [t.replace("%z = fadd float", "%z = fadd reassoc float")
@@ -457,15 +461,7 @@ def test_semantics_tell_where_a_product_is_contracted():
   own) in the other; or stored by one kernel and contracted by another where the
   other program loads it (fuzz seed 2063 #8875): different."""
   assert not _llvm.same_semantics(_llvm.read([_IN_LOOP]), _llvm.read([_HOISTED]))
-  product = _kernel("k1", """\
-  %x = load float, ptr %p, align 4
-  %m = fmul float %x, 5.000000e-01
-  store float %m, ptr %q, align 4""")
-  fused = _kernel("k2", """\
-  %x = load float, ptr %p, align 4
-  %m = fmul float %x, 5.000000e-01
-  %z = fadd float %m, 1.000000e+00
-  store float %z, ptr %p, align 4""")
+  product, fused = _PRODUCT, _FUSED
   loads = _kernel("k2", """\
   %m = load float, ptr %q, align 4
   %z = fadd float %m, 1.000000e+00
