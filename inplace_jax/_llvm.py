@@ -101,7 +101,19 @@ def _opcode(rhs: str) -> str:
 
 def _definitions(blocks: dict[str, list[str]]):
   """One function's values: each one's instruction text and block, how many uses
-  each has, and each float store (the value stored, the block)."""
+  each has, and each float store (the value stored, the block); memoised (the
+  callers read them only: jax.jit's kernels are read for each candidate)."""
+  hit = _DEFINITIONS.get(id(blocks))
+  if hit is not None and hit[0] is blocks:
+    return hit[1]
+  out = _define(blocks)
+  if len(_DEFINITIONS) > 4096:
+    _DEFINITIONS.clear()
+  _DEFINITIONS[id(blocks)] = (blocks, out)   # keeps `blocks` alive: its id stays
+  return out
+
+
+def _define(blocks: dict[str, list[str]]):
   rhs: dict[str, str] = {}
   where: dict[str, str] = {}
   uses: collections.Counter = collections.Counter()
@@ -557,11 +569,16 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
 # compared with each candidate's, and most kernels are the same in both. Emptied
 # when a signature is decided (`forget`), so no IR outlives its compile.
 _LANE_MEMO: dict[tuple, tuple[tuple[str, int], ...]] = {}
+# `_definitions` and `_Semantics.stored` by function (its id, the function kept).
+_DEFINITIONS: dict[int, tuple[dict, tuple]] = {}
+_STORED: dict[int, tuple[dict, frozenset[str]]] = {}
 
 
 def forget() -> None:
-  """Drops the memoised lane-free forms (`_lane`)."""
+  """Drops the memoised lane-free forms (`_lane`), definitions and stored forms."""
   _LANE_MEMO.clear()
+  _DEFINITIONS.clear()
+  _STORED.clear()
 
 
 def _lane(blocks: dict[str, list[str]], resolve: bool = True
@@ -876,6 +893,18 @@ class _Semantics:
     return out
 
 
+def _stored(blocks: dict[str, list[str]]) -> frozenset[str]:
+  """`_Semantics(blocks).stored()`, memoised."""
+  hit = _STORED.get(id(blocks))
+  if hit is not None and hit[0] is blocks:
+    return hit[1]
+  out = frozenset(_Semantics(blocks).stored())
+  if len(_STORED) > 4096:
+    _STORED.clear()
+  _STORED[id(blocks)] = (blocks, out)
+  return out
+
+
 def same_semantics(a: Kernels, b: Kernels) -> bool:
   """Whether two programs' kernels round every value alike, read as one lane's
   operations that round (`_Semantics`), values that some kernel stores and the
@@ -892,17 +921,27 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   transcendentals other than those measured."""
   if not a.functions or not b.functions:
     return False
-  materialised = frozenset().union(*(_Semantics(f).stored()
-                                     for f in (*a.functions, *b.functions)))
+  materialised = frozenset().union(*(_stored(f) for f in (*a.functions, *b.functions)))
+
+  # A kernel both programs compile alike (most are) is read once.
+  seen: dict[tuple, tuple[list[tuple[str, str]], bool]] = {}
+
+  def read(blocks: dict[str, list[str]]) -> tuple[list[tuple[str, str]], bool]:
+    key = tuple((k, tuple(v)) for k, v in blocks.items())
+    hit = seen.get(key)
+    if hit is None:
+      semantics = _Semantics(blocks, materialised)
+      hit = seen[key] = (semantics.groups(), semantics.refused)
+    return hit
 
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
     for blocks in k.functions:
-      semantics = _Semantics(blocks, materialised)
-      for g, r in semantics.groups():
-        out[g].add(r)
-      if semantics.refused:
+      pairs, refused = read(blocks)
+      if refused:
         return None
+      for g, r in pairs:
+        out[g].add(r)
     return out
 
   ga, gb = groups(a), groups(b)
