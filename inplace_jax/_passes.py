@@ -170,7 +170,11 @@ def _given_outputs_picked(eqn) -> list:
   conditional's result for the others. The values are the conditional's own; but
   where XLA learns the index (a one-trip loop unrolled), a branch's literal is a
   constant to it even when a barrier inplace_jax adds holds the conditional's
-  result, as it is under `jax.jit` (which folds `-0.0 + 0.0` to -0.0, not IEEE)."""
+  result, as it is under `jax.jit` (which folds `-0.0 + 0.0` to -0.0, not IEEE).
+  Not where every branch gives a literal: `select_n` of equal literals is a
+  constant to XLA even where the index is not known and jax.jit's conditional
+  hides the value (fuzz seed 3200 #8540); such an output stays in the side
+  conditional (`conditionals.lower_cond`), opaque or inlined as under jax.jit."""
   if eqn.primitive is not C.cond_p:
     return [eqn]
   index, ops = eqn.invars[0], eqn.invars[1:]
@@ -181,7 +185,7 @@ def _given_outputs_picked(eqn) -> list:
     if C.is_drop_var(out) or _rules.is_big(out.aval):
       continue
     given = [_given_atom(b.jaxpr, o, ops) for b in branches]
-    if all(g is None for g in given):
+    if all(g is None for g in given) or all(C.is_literal(g) for g in given):
       continue
     outvars[o] = C.new_var(out.aval)
     cases = [outvars[o] if g is None else g for g in given]

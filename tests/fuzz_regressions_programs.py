@@ -878,7 +878,67 @@ def square_step_then_column_add_of_it(b0, b1, b2):
   return (b1, b2, v2, v1, b0,)
 
 
+def stored_product_contracted_in_a_reversed_scan(b0, b1, b2):
+  """Seed 3200 #4528 (found by the 10,000-program run at 121754c; wrong at the
+  session's start, 837afa5, too). Oracle: inexact, 1 ulp in 3 elements of b2.
+  jax.jit's kernel contracts the product `b0[13] * -0.5` (a bfloat16 row widened)
+  into the add of each row, one element at a time for 16 of them; the sequenced
+  one loads it from the 8-lane kernel that stores it. The lane-free shares of the
+  multiply-add veto saw one way of forming `fadd(fmul(load, load), load)` in both
+  programs and passed it; a stored product that one program contracts now fails
+  that comparison (`_llvm.recomputes_unloadably`)."""
+  v1 = jnp.einsum('ij,jk->ik', b0, ((jnp.arange(64, dtype=jnp.float32).reshape(16, 4) % 3
+                                     - 1) * 0.125).astype(jnp.bfloat16))
+  b1 = b1.at[0:9, 3:7].add(v1[0:9, 0:4].astype(jnp.int32))
+  v2 = v1 * v1
+  b1 = jnp.minimum(b1, jnp.resize(v2, (9, 12)).astype(jnp.int32))
+  v3 = b2[jnp.int32(18)] @ (jnp.arange(128, dtype=jnp.float32).reshape(16, 8) % 7 - 3) * 0.125
+  v4 = b1[6, 0:12]
+  v5 = b2[19, 0:12]
+  b1 = b1.at[6, 0:12].set(v5.astype(jnp.int32))
+  b2 = b2.at[19, 0:12].set(v4.astype(jnp.float32))
+  def body6(c6, i6):
+    (b0, b1, b2) = c6
+    a6 = jnp.float32(0)
+    b2 = b2.at[(i6 + 2) % 24].mul(-jnp.resize(v3, (16,)))
+    v7 = b0[13]
+    b2 = b2 + v7.astype(jnp.float32) * -0.5
+    a6 = a6 + jnp.max(v7).astype(jnp.float32)
+    return (b0, b1, b2), a6
+  (b0, b1, b2), v6 = lax.scan(body6, (b0, b1, b2), jnp.arange(2, dtype=jnp.int32),
+                              reverse=True)
+  return (b2, b0, b1, v4,)
+
+
+def zero_from_every_branch_added(b0, b1, b2):
+  """Seed 3200 #8540 (found by the 10,000-program run at 121754c, on the special
+  draw the oracle now adds; wrong at 837afa5 too). Oracle: inexact, the sign of
+  zeros only. Every branch returns the literal 0.0 and the index is not known at
+  compile time: jax.jit's conditional hides the 0.0 from XLA, which computes
+  `-0.0 + 0.0` (+0.0); the pick by `select_n` (`_passes.pick_given_outputs`) of
+  two equal literals was a constant XLA folded (`x + 0.0` -> x keeps -0.0). Such
+  outputs are no longer picked; they stay in the side conditional, as opaque."""
+  def br1_0(b0, b1, b2):
+    return (b0, b1, b2, jnp.float32(0))
+  def br1_1(b0, b1, b2):
+    a1 = jnp.float32(0)
+    b1 = b1.at[:, (jnp.arange(3, dtype=jnp.int32) * 2 + jnp.argmax(b2[19]) % 24) % 24].set(0.0)
+    b0 = lax.dynamic_update_slice(b0, jnp.full((10, 16), 0.5, jnp.float32),
+                                  (jnp.argmin(b2[:, 23]) % 7, jnp.argmax(b0[4]) % 9))
+    return (b0, b1, b2, a1)
+  (b0, b1, b2, v1) = lax.cond(b2[12, 8] > 0, br1_0, br1_1, b0, b1, b2)
+  b1 = b1.at[jnp.array([5], dtype=jnp.int32)].add(jnp.maximum(v1, 0), unique_indices=True,
+                                                  indices_are_sorted=True)
+  b0 = b0.at[5:16, 23:24].set(v1)
+  return (b0, v1, b2, b1,)
+
+
 REGRESSIONS = [
+    _case(stored_product_contracted_in_a_reversed_scan, Buf("b0", (16, 16), "bfloat16"),
+          Buf("b1", (9, 12), "int32"), f32("b2", 24, 16), data="normal",
+          data_seed=1042386244),
+    _case(zero_from_every_branch_added, f32("b0", 16, 24), f32("b1", 16, 24),
+          f32("b2", 24, 24), data="normal", data_seed=520393589),
     _case(square_step_then_column_add_of_it, Buf("b0", (32, 48), "int32"),
           Buf("b1", (16, 32), "bfloat16"), f32("b2", 32, 24),
           data="normal", data_seed=392472710),
