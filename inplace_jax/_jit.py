@@ -332,11 +332,15 @@ class InplaceJitted:
     if theirs is None:
       return cand
     if cand.changed:
-      if mine.values != theirs.values and not _llvm.same_up_to_materialisation(
-          mine, theirs) and not _llvm.same_semantics(mine, theirs):
+      if mine.values != theirs.values and not (
+          _llvm.same_up_to_materialisation(mine, theirs)
+          and not _llvm.recomputes_unloadably(mine, theirs)) and \
+          not _llvm.same_semantics(mine, theirs):
         return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if not _llvm.contractions_match(mine, theirs) and \
+    if mine.contractions != theirs.contractions and not (
+        _llvm.contractions_match(mine, theirs)
+        and not _llvm.recomputes_unloadably(mine, theirs)) and \
         not _llvm.same_semantics(mine, theirs):
       return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
     return cand

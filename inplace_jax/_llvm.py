@@ -882,6 +882,12 @@ class _Semantics:
           out.add(f)
     return out
 
+  def refusing(self) -> bool:
+    """Whether this function recomputes a stored value where it cannot read as a
+    load (`refused`, after reading every value)."""
+    self.groups()
+    return self.refused
+
   def groups(self) -> list[tuple[str, str]]:
     """(unresolved form, resolved form) of every value that rounds at its root."""
     out = []
@@ -905,6 +911,24 @@ def _stored(blocks: dict[str, list[str]]) -> frozenset[str]:
   return out
 
 
+def _materialised(a: Kernels, b: Kernels) -> frozenset[str]:
+  return frozenset().union(*(_stored(f) for f in (*a.functions, *b.functions)))
+
+
+def recomputes_unloadably(a: Kernels, b: Kernels) -> bool:
+  """Whether a value some kernel of either program stores is recomputed where it
+  cannot read as a load (a product an add contracts, a reassociating consumer's
+  operand): then the other program may load it for the same element, and forms
+  compared as sets or shares can match while that element rounds otherwise (fuzz
+  seed 2063 #8875; seed 3200 #4528, let through by the lane-free shares of the
+  multiply-add veto). Comparisons other than `same_semantics` require it False."""
+  if not a.functions or not b.functions:
+    return True
+  materialised = _materialised(a, b)
+  return any(_Semantics(blocks, materialised).refusing()
+             for blocks in (*a.functions, *b.functions))
+
+
 def same_semantics(a: Kernels, b: Kernels) -> bool:
   """Whether two programs' kernels round every value alike, read as one lane's
   operations that round (`_Semantics`), values that some kernel stores and the
@@ -921,7 +945,7 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   transcendentals other than those measured."""
   if not a.functions or not b.functions:
     return False
-  materialised = frozenset().union(*(_stored(f) for f in (*a.functions, *b.functions)))
+  materialised = _materialised(a, b)
 
   # A kernel both programs compile alike (most are) is read once.
   seen: dict[tuple, tuple[list[tuple[str, str]], bool]] = {}
