@@ -496,7 +496,7 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
           and not made_weakly
           and (ueqn.primitive not in _updates.ADDITIVE or (X.additive_source_safe(
               ueqn.invars[2], g.eqns, g.producer) and not X.reassociated(
-                  ueqn, ueqn.outvars[0], g.eqns, g.consumers))))
+                  ueqn, ueqn.outvars[0], g.eqns, g.consumers, g.outvars))))
 
 
 def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
@@ -586,8 +586,8 @@ def _cut_safe_at(st: _State, eqn, var) -> bool:
 def _no_fold_across(st: _State, eqn, var) -> bool:
   """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
   g = st.g
-  return not X.reassociated(eqn, var, g.eqns, g.consumers) and not X.folded_into_dot(
-      eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])
+  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars) and \
+      not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])
 
 
 def _untied(st: _State, r: int, u: int, v, why: str) -> None:

@@ -106,13 +106,21 @@ def _ends_in_additive_scatter(eqn, out_index: int) -> bool:
   return last is not None and _ends_in_additive_scatter(*last)
 
 
-def reassociated(eqn, var, eqns, consumers) -> bool:
+def reassociated(eqn, var, eqns, consumers, outvars=()) -> bool:
   """Whether XLA may move an add across a barrier after `var`: its simplifier
   rewrites `scatter_add(a, i, u) + b` into `scatter_add(a + b, i, u)`, which
   rounds differently (measured: 35 of 384 elements); a barrier after the scatter
-  keeps the written order, so it is not placed where an add consumes the result."""
-  return _ends_in_additive_scatter(eqn, _out_index(eqn, var)) and \
-      _added(var, eqns, consumers, 0, direct=True)
+  keeps the written order, so it is not placed where an add consumes the result.
+
+  Only where the add is the scatter's one user: a result that is also read, reduced,
+  added twice or returned (`outvars`) is scattered first under jax.jit too
+  (measured, docs/xla_notes.md), and a barrier after it changes no arithmetic."""
+  if not _ends_in_additive_scatter(eqn, _out_index(eqn, var)):
+    return False
+  users = {k for k, _ in consumers.get(var, ())}
+  if len(users) > 1 or (users and var in outvars):
+    return False
+  return _added(var, eqns, consumers, 0, direct=True)
 
 
 def folded_into_dot(eqn, var, consumers) -> bool:
