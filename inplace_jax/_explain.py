@@ -146,6 +146,34 @@ def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
   return out
 
 
+def _held_reads(module: HloModule, comp: Computation, src: Instruction,
+                parameter: int | None) -> list[Access]:
+  """The reads of entry parameter `parameter` outside the chain of buffer-sized
+  values `src` is computed from (a broadcast add, then the scatter into its
+  result): the old value they read is live while that chain starts, which is why
+  XLA starts it in another buffer. Only the operations that read it, seen inside
+  fusions."""
+  if parameter is None or not comp.is_entry or src.shape_text != _param_shape(comp, parameter):
+    return []
+  params = {i.name for i in comp.instructions if i.opcode == "parameter"
+            and i.operand_text.strip() == str(parameter)}
+  for i in comp.instructions:        # views of it: bitcasts
+    if i.opcode == "bitcast" and i.operands and i.operands[0] in params:
+      params.add(i.name)
+  def data(i):
+    return [comp.by_name[o] for o in i.operands if o in comp.by_name
+            and comp.by_name[o].shape_text == src.shape_text and o not in params]
+  chain = {i.name for i in _walk([src], data)}
+  return [a for name in params for u in comp.users.get(name, [])
+          if u.name not in chain and u.name not in params and u.opcode != "copy"
+          for a in _reads(module, u, name)]
+
+
+def _param_shape(comp: Computation, k: int) -> str | None:
+  p = _param(comp, k)
+  return p.shape_text if p is not None else None
+
+
 def _origins(comp: Computation, name: str) -> set[str]:
   """`name` and the values it is a view of, up through get-tuple-element of an
   optimization barrier (or a tuple) and bitcasts: one buffer under several names."""
@@ -185,16 +213,21 @@ class Cause:
   readers: tuple[Access, ...]
   writer: Access | None
   into_buffer: bool = False
+  # For `into_buffer`: reads of the old value outside the chain that computes the
+  # new one (in `readers` too).
+  held: tuple[Access, ...] = ()
 
   def text(self, buffer: str | None) -> str:
     what = buffer or "the buffer"
     if self.into_buffer:
       made = f" (by {self.writer})" if self.writer else ""
-      reads = "; ".join(str(a) for a in self.readers)
+      reads = "; ".join(str(a) for a in self.readers if a not in self.held)
       also = f", which also reads it other than element by element ({reads})," \
           if reads else ""
+      held = "; ".join(str(a) for a in self.held)
+      held = f"; the old value is also read by {held}" if held else ""
       return (f"the new value of {what} is computed in another buffer{made}{also} "
-              "and copied into the donated one")
+              f"and copied into the donated one{held}")
     reads = "; ".join(str(a) for a in self.readers) or "a later use"
     if self.writer is None:
       return f"XLA keeps the old value of {what} for {reads}"
@@ -215,8 +248,10 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
     src = comp.by_name.get(v)
     if src is None:
       return Cause((), None, True)
-    return Cause(_dedupe(_moved_reads(module, comp, src, copy.buffer_parameter)),
-                 _access(module, src), True)
+    moved = _dedupe(_moved_reads(module, comp, src, copy.buffer_parameter))
+    held = tuple(a for a in _dedupe(_held_reads(module, comp, src, copy.buffer_parameter))
+                 if a not in moved)
+    return Cause(moved + held, _access(module, src), True, held)
   done = comp.by_name.get(copy.done_name) if copy.done_name else None
   copy_users = comp.users.get((done or ins).name, [])
   v_users = [u for u in comp.users.get(v, []) if u is not ins]
