@@ -693,6 +693,8 @@ _SHUFFLE_OPERANDS = re.compile(r"^shufflevector <\d+ x \w+> (\S+), <\d+ x \w+> (
 _INSERT_OPERANDS = re.compile(r"^insertelement <\d+ x \w+> (\S+), \w+ ([^,\s]+), ")
 _FLAG_PREFIX = re.compile(r"\b(?:reassoc|fast|arcp|afn|contract|nnan|ninf|nsz) ")
 _LEAVES = frozenset({"load", "phi", "int", "arg"})
+# A phi's incoming values: `[ %v, %block ]`.
+_PHI_INCOMING = re.compile(r"\[\s*([^,\]\s]+)\s*,\s*%[\w.\-]+\s*\]")
 
 
 def _semantic_text(text: str) -> str:
@@ -845,7 +847,13 @@ class _Semantics:
     elif op in _INTEGER_OPS:
       out, r = "int", False
     elif op == "phi":
-      out, r = "phi", False
+      self.memo[key] = ("phi", False)      # a loop-carried phi reads itself: opaque
+      out, r = ("load" if self.picks_leaves(_PHI_INCOMING.findall(text), resolve, mat)
+                else "phi"), False
+    elif op == "select" and _FLOAT_TYPE.search(text) and \
+        len(ops := _operands(text.split(" ", 1)[1])) == 3 and \
+        self.picks_leaves([o.rsplit(" ", 1)[-1] for o in ops[1:]], resolve, mat):
+      out, r = "load", False
     elif op in ("shufflevector", "insertelement"):
       out, r = self.moved(name, text, home, resolve, mat)
     else:
@@ -869,6 +877,20 @@ class _Semantics:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     self.memo[key] = (out, r)
     return out, r
+
+  def picks_leaves(self, values: Sequence[str], resolve: bool, mat: bool) -> bool:
+    """Whether a pick (a phi, a select) chooses only among memory and constants:
+    each value loaded or constant, or such a pick itself. It rounds nothing, and
+    reads as a load: where a dynamic-update-slice fused into arithmetic picks the
+    update or the old element, the other program may load the element from the
+    buffer the update wrote in place."""
+    for v in values:
+      if not _VALUE.fullmatch(v):
+        continue                             # a constant
+      name = self.source(v)
+      if name not in self.rhs or self.form(name, resolve, mat)[0] != "load":
+        return False
+    return bool(values)
 
   def stored(self) -> set[str]:
     """The forms (unresolved by materialisation) of the values this function

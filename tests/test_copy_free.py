@@ -142,6 +142,21 @@ def test_copy_into_buffer_names_the_reads_behind_it():
   assert "other than element by element (dynamic_slice at" in copy.cause, copy.cause
 
 
+def test_copy_into_buffer_names_the_reads_of_the_old_value():
+  # jax.jit shifts the buffer into another one (the argmax still reads the old
+  # value) and scatters there: the cause names that read, which the refinement
+  # round then ties.
+  x = jnp.asarray(np.random.default_rng(4).normal(size=(24, 16)), jnp.float32)
+  r = compare(add_at_argmax_then_shift, x, donate_argnums=(0,))
+  if not ON_CPU:
+    pytest.skip("the copy is XLA:CPU's")
+  (copy,) = r.ref_report.buffer_copies(1024)
+  assert "computed in another buffer" in copy.cause, copy.cause
+  assert "the old value is also read by slice at" in copy.cause, copy.cause
+  assert "slice" in [a.op for a in copy.readers], copy.readers
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
 def test_buffers_jax_jit_does_not_copy_are_left_alone():
   # Sequencing b1 (which jax.jit copies) had made XLA copy b0 (which it does not):
   # a refinement round leaves b0's versions as they are.
@@ -265,14 +280,45 @@ def step_adding_its_own_sine(b0, b1):
   return b0 - 0.5 * b1, b1, v
 
 
+def scatter_add_read_and_shifted(x):
+  """Fuzz seed 3300 #745's class: an additive scatter whose result is read (a row)
+  as well as added to. XLA moves an add in front of a scatter-add only where the
+  add is its one user, so a tie after the scatter changes no arithmetic here."""
+  x = x.at[5:6, 2:9].add(0.3)
+  r = x[1]
+  return x + r * -0.25, r
+
+
+def add_at_argmax_then_shift(x):
+  """Fuzz seed 3300 #2675's class: XLA moves the whole-buffer shift in front of the
+  scatter-add (one user) into another buffer, because the argmax still reads the
+  old value; that read is named in the copy's cause, and tied in a refinement
+  round: the shift then runs in place, reassociated as under jax.jit."""
+  x = x.at[jnp.argmax(x[3]) % x.shape[0], 7].add(1.25)
+  return x - 0.375
+
+
+def set_at_argmax_then_affine(x):
+  """Fuzz seed 3300 #668's class: jax.jit fuses the dynamic-update-slice into the
+  multiply-add, which picks the update or the loaded element (a phi of a load and
+  a constant); the sequenced program loads the element the update wrote. A pick
+  of memory and constants rounds nothing: it reads as a load."""
+  x = x.at[jnp.argmax(x[9]) % x.shape[0], 3].set(0.0)
+  return x * 0.5 + -1.5
+
+
 @pytest.mark.parametrize("fn, shapes", [
+    (scatter_add_read_and_shifted, ((32, 24),)),
+    (add_at_argmax_then_shift, ((24, 16),)),
+    (set_at_argmax_then_affine, ((24, 16),)),
     (step_adding_its_own_sine, ((32, 24), (32, 24))),
     (swap_across_buffers_indexed_by_both, ((64, 24), (32, 32))),
     (update_fed_by_reduction_of_carry, ((32, 32), (32, 32))),
     (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12))),
     (one_step_loop_then_read, ((24, 24), (4, 4))),
     (update_then_call_slicing_it, ((24, 24), (4, 4)))],
-    ids=["step_adding_its_own_sine", "swap_across_buffers",
+    ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
+         "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
          "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
          "update_then_call_slicing_it"])

@@ -506,6 +506,45 @@ def test_semantics_keep_reductions_and_unmeasured_transcendentals_placed():
                                   _llvm.read([transcendental("tan", False)]))
 
 
+def test_semantics_read_a_pick_of_memory_and_constants_as_a_load():
+  """A dynamic-update-slice fused into arithmetic picks the update or the loaded
+  element (a phi of a load and a constant, or a select): that rounds nothing, and
+  reads as the load of the other program, whose update wrote the buffer in place
+  (fuzz seed 3300 #668). A phi that carries arithmetic round a loop (a sum's
+  accumulator) is no pick."""
+  def affine(head: str, value: str) -> str:
+    return _kernel("k1", f"""\
+{head}
+  %m = fmul float {value}, 5.000000e-01
+  %s = fadd float %m, -2.000000e+00
+  store float %s, ptr %q, align 4""")
+
+  loaded = _llvm.read([affine("  %x = load float, ptr %p, align 4", "%x")])
+  phi = _llvm.read([affine("""\
+  %x = load float, ptr %p, align 4
+  br label %b
+b:
+  %v = phi float [ %x, %0 ], [ 0.000000e+00, %b ]""", "%v")])
+  select = _llvm.read([affine("""\
+  %x = load float, ptr %p, align 4
+  %c = load i1, ptr %q, align 1
+  %v = select i1 %c, float 0.000000e+00, float %x""", "%v")])
+  assert _llvm.same_semantics(phi, loaded) and _llvm.same_semantics(select, loaded)
+  carried = _llvm.read([affine("""\
+  %x = load float, ptr %p, align 4
+  br label %b
+b:
+  %v = phi float [ %x, %0 ], [ %w, %b ]
+  %w = fadd float %v, 1.000000e+00""", "%v")])
+  carried_loaded = _llvm.read([affine("""\
+  %x = load float, ptr %p, align 4
+  br label %b
+b:
+  %v = phi float [ %x, %0 ], [ %w, %b ]
+  %w = fadd float %v, 1.000000e+00""", "%x")])
+  assert not _llvm.same_semantics(carried, carried_loaded)
+
+
 def _scalar_elementwise(fn):
   """`fn` applied one element at a time (a loop of dynamic slices: XLA:CPU emits
   it as scalar code), to compare with XLA:CPU's vector code of `jax.jit(fn)`."""
