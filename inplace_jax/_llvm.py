@@ -798,7 +798,13 @@ class _Semantics:
     chosen = next((i for i in (0, 1) if self.contractible(names[i], home)), None) \
         if resolve else None
     if chosen is None:
-      a, b = (self.operand(o, home, resolve, mat, op)[0] for o in ops)
+      negated = self.negated_product(names[1], mat, home, resolve) \
+          if op == "fsub" else None
+      if negated is not None:
+        # `c - a * b` is `c + (-a) * b`, bit for bit: read as the add.
+        op, ops = "fadd", ops[:1]
+      a, *rest = (self.operand(o, home, resolve, mat, op)[0] for o in ops)
+      b = rest[0] if rest else f"({negated})"
       if op == "fadd":
         a, b = sorted((a, b))
       return f"{op}{head} {a}, {b}", True
@@ -812,8 +818,39 @@ class _Semantics:
       return self.generic(text, home, resolve, mat, True)[0] + "@placed", True
     x, y = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
     other = self.operand(ops[1 - chosen], home, resolve, mat, op)[0]
-    kind = "fma" if op == "fadd" else ("fms" if chosen == 0 else "fnma")
+    if op == "fsub" and chosen == 1:
+      # `c - a * b` fused is `fma(-a, b, c)`, bit for bit: read as that, the
+      # negated factor a load where some kernel stores it (`negated_factors`).
+      x, y = self.negated_factors(factors, p.group(2), home, resolve, mat)
+      return f"fma{head}|{p.group(1)} {x}, {y}, {other}", True
+    kind = "fma" if op == "fadd" else "fms"
     return f"{kind}{head}|{p.group(1)} {x}, {y}, {other}", True
+
+  def negated_factors(self, factors: Sequence[str], ty: str, home: str, resolve: bool,
+                      mat: bool) -> tuple[str, str]:
+    """The factors of `-(a * b)` as `(-a) * b`, sorted: the factor negated is one
+    whose negation some kernel stores (read as a load), else the first in order.
+    Negation is exact, so either way the product rounds alike."""
+    forms = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
+    negs = [f"fneg {ty} {f}" for f in forms]
+    k = next((i for i in (0, 1) if mat and negs[i] in self.materialised), 0)
+    forms[k] = "(load)" if mat and negs[k] in self.materialised else f"({negs[k]})"
+    x, y = sorted(forms)
+    return x, y
+
+  def negated_product(self, name: str | None, mat: bool, home: str,
+                      resolve: bool) -> str | None:
+    """`-(a * b)` as the form of the product `(-a) * b`, where `name` is a plain
+    product of two factors; else None."""
+    if name is None or _opcode(self.rhs[name]) != "fmul" or \
+        not _flags(self.rhs[name]) <= _PLAIN_FLAGS:
+      return None
+    p = _PRODUCT_TEXT.match(_semantic_text(self.rhs[name]))
+    factors = _operands(p.group(3)) if p else []
+    if p is None or len(factors) != 2:
+      return None
+    x, y = self.negated_factors(factors, p.group(2), home, resolve, mat)
+    return f"fmul{p.group(1)} {p.group(2)} {x}, {y}"
 
   def moved(self, name: str, text: str, home: str, resolve: bool,
             mat: bool) -> tuple[str, bool]:

@@ -545,6 +545,30 @@ b:
   assert not _llvm.same_semantics(carried, carried_loaded)
 
 
+def test_semantics_read_a_subtracted_product_as_an_added_negated_one():
+  """`1 - x * 0.5`, where LLVM folded the negation of a stored `-x` into the
+  subtraction, is `(-x) * 0.5 + 1` bit for bit, fused or not: alike with the
+  kernel that loads the stored `-x` (fuzz seed 3300 #673). Without `-x` stored
+  anywhere, the two are different expressions."""
+  stores_neg = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %n = fneg float %x
+  store float %n, ptr %q, align 4""")
+  loads_neg = _kernel("k2", """\
+  %y = load float, ptr %q, align 4
+  %m = fmul float %y, 5.000000e-01
+  %s = fadd float %m, 1.000000e+00
+  store float %s, ptr %p, align 4""")
+  folded = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %s = fsub float 1.000000e+00, %m
+  store float %s, ptr %q, align 4""")
+  assert _llvm.same_semantics(_llvm.read([stores_neg, loads_neg]),
+                              _llvm.read([stores_neg, folded]))
+  assert not _llvm.same_semantics(_llvm.read([loads_neg]), _llvm.read([folded]))
+
+
 def _scalar_elementwise(fn):
   """`fn` applied one element at a time (a loop of dynamic slices: XLA:CPU emits
   it as scalar code), to compare with XLA:CPU's vector code of `jax.jit(fn)`."""
