@@ -161,12 +161,19 @@ def _held_reads(module: HloModule, comp: Computation, src: Instruction,
     if i.opcode == "bitcast" and i.operands and i.operands[0] in params:
       params.add(i.name)
   def data(i):
-    return [comp.by_name[o] for o in i.operands if o in comp.by_name
-            and comp.by_name[o].shape_text == src.shape_text and o not in params]
-  chain = {i.name for i in _walk([src], data)}
+    # Through tuples (a barrier's, a conditional's, a loop's): they pass it on.
+    return [comp.by_name[o] for o in i.operands if o in comp.by_name and o not in params
+            and (comp.by_name[o].shape_text == src.shape_text
+                 or comp.by_name[o].shape_text.startswith("("))]
+  chain = {i.name: i for i in _walk([src], data)}
+  # The chain's first steps, those that read the parameter, and what they wait
+  # for: a read among those runs before them, and keeps nothing alive.
+  heads = [i for i in chain.values() if any(o in params for o in i.operands)]
+  before = {i.name for i in _walk(heads, lambda i: [comp.by_name[o] for o in i.operands
+                                                    if o in comp.by_name])}
   return [a for name in params for u in comp.users.get(name, [])
-          if u.name not in chain and u.name not in params and u.opcode != "copy"
-          for a in _reads(module, u, name)]
+          if u.name not in chain and u.name not in before and u.name not in params
+          and u.opcode != "copy" for a in _reads(module, u, name)]
 
 
 def _param_shape(comp: Computation, k: int) -> str | None:
