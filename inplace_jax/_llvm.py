@@ -89,7 +89,23 @@ def _functions(text: str) -> list[dict[str, list[str]]]:
     line = _METADATA.sub("", line).strip()
     if line and not line.startswith(";"):
       blocks[block].append(line)
-  return out
+  return [_interned(f) for f in out]
+
+
+def _interned(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
+  """One object per function text within a decision (`forget`): the kernels jax.jit's
+  program and its candidates compile alike are read once, the memos keyed by a
+  function's id hitting for all of them."""
+  key = tuple((k, tuple(v)) for k, v in blocks.items())
+  hit = _INTERN.get(key)
+  if hit is None:
+    if len(_INTERN) > 4096:
+      _INTERN.clear()
+      _DEFINITIONS.clear()
+      _STORED.clear()
+      _VALUES_MEMO.clear()
+    hit = _INTERN[key] = blocks
+  return hit
 
 
 def _opcode(rhs: str) -> str:
@@ -134,6 +150,26 @@ def _function_values(blocks: dict[str, list[str]],
                      materialised: frozenset[str] | None = None,
                      stored: set[str] | None = None,
                      rounding_only: bool = False) -> collections.Counter:
+  """`_values_of`, memoised by function (its id, the function kept) and arguments;
+  the Counter returned is shared: read it only."""
+  key = (id(blocks), product_uses_only, materialised, rounding_only)
+  hit = _VALUES_MEMO.get(key)
+  if hit is None or hit[0] is not blocks:
+    if len(_VALUES_MEMO) > 8192:
+      _VALUES_MEMO.clear()
+    mine: set[str] = set()
+    hit = _VALUES_MEMO[key] = (blocks, _values_of(
+        blocks, product_uses_only, materialised, mine, rounding_only), frozenset(mine))
+  if stored is not None:
+    stored.update(hit[2])
+  return hit[1]
+
+
+def _values_of(blocks: dict[str, list[str]],
+               product_uses_only: bool = False,
+               materialised: frozenset[str] | None = None,
+               stored: set[str] | None = None,
+               rounding_only: bool = False) -> collections.Counter:
   """The canonical expressions of the floating-point values one function computes,
   each with how many times it computes it; with `product_uses_only`, only products
   carry their number of uses (the only count that decides contraction).
@@ -572,13 +608,22 @@ _LANE_MEMO: dict[tuple, tuple[tuple[str, int], ...]] = {}
 # `_definitions` and `_Semantics.stored` by function (its id, the function kept).
 _DEFINITIONS: dict[int, tuple[dict, tuple]] = {}
 _STORED: dict[int, tuple[dict, frozenset[str]]] = {}
+# `_function_values` and `same_semantics`' groups by function id and arguments, and
+# one object per function text (`_interned`).
+_VALUES_MEMO: dict[tuple, tuple[dict, collections.Counter, frozenset[str]]] = {}
+_GROUPS_MEMO: dict[tuple, tuple[dict, list[tuple[str, str]], bool]] = {}
+_INTERN: dict[tuple, dict[str, list[str]]] = {}
 
 
 def forget() -> None:
-  """Drops the memoised lane-free forms (`_lane`), definitions and stored forms."""
+  """Drops the memoised lane-free forms (`_lane`), definitions, stored forms,
+  values, semantic groups and the interned functions."""
   _LANE_MEMO.clear()
   _DEFINITIONS.clear()
   _STORED.clear()
+  _VALUES_MEMO.clear()
+  _GROUPS_MEMO.clear()
+  _INTERN.clear()
 
 
 def _lane(blocks: dict[str, list[str]], resolve: bool = True
@@ -1006,16 +1051,17 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
     return False
   materialised = _materialised(a, b)
 
-  # A kernel both programs compile alike (most are) is read once.
-  seen: dict[tuple, tuple[list[tuple[str, str]], bool]] = {}
-
+  # A kernel both programs compile alike (most are) is read once, for every
+  # candidate of a decision where the stored forms are the same (`_interned`).
   def read(blocks: dict[str, list[str]]) -> tuple[list[tuple[str, str]], bool]:
-    key = tuple((k, tuple(v)) for k, v in blocks.items())
-    hit = seen.get(key)
-    if hit is None:
+    key = (id(blocks), materialised)
+    hit = _GROUPS_MEMO.get(key)
+    if hit is None or hit[0] is not blocks:
+      if len(_GROUPS_MEMO) > 4096:
+        _GROUPS_MEMO.clear()
       semantics = _Semantics(blocks, materialised)
-      hit = seen[key] = (semantics.groups(), semantics.refused)
-    return hit
+      hit = _GROUPS_MEMO[key] = (blocks, semantics.groups(), semantics.refused)
+    return hit[1], hit[2]
 
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
