@@ -861,14 +861,15 @@ class _Semantics:
     factors = _operands(p.group(3)) if p else []
     if p is None or len(factors) != 2:
       return self.generic(text, home, resolve, mat, True)[0] + "@placed", True
-    x, y = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
     other = self.operand(ops[1 - chosen], home, resolve, mat, op)[0]
     if op == "fsub" and chosen == 1:
       # `c - a * b` fused is `fma(-a, b, c)`, bit for bit: read as that, the
       # negated factor a load where some kernel stores it (`negated_factors`).
       x, y = self.negated_factors(factors, p.group(2), home, resolve, mat)
-      return f"fma{head}|{p.group(1)} {x}, {y}, {other}", True
-    kind = "fma" if op == "fadd" else "fms"
+      kind = "fma"
+    else:
+      x, y = sorted(self.operand(f, home, resolve, mat, "fmul")[0] for f in factors)
+      kind = "fma" if op == "fadd" else "fms"
     return f"{kind}{head}|{p.group(1)} {x}, {y}, {other}", True
 
   def negated_factors(self, factors: Sequence[str], ty: str, home: str, resolve: bool,
