@@ -184,6 +184,9 @@ class InplaceJitted:
     self._signatures: dict[int, tuple[Any, Signature]] = {}
     self._nested: dict[int, tuple[Any, Any]] = {}
     self._order: list[Signature] = []
+    # The signature of the latest call, `.lower()` or `.trace()` that reached Python
+    # (a signature's first call, or any call that is not a warm one).
+    self._last: Signature | None = None
     self._ref_sites: dict[tuple[str, int], set[str]] = {}   # of the signature deciding
     self._warned_nesting = False
     functools.update_wrapper(self, fun)
@@ -254,10 +257,12 @@ class InplaceJitted:
     jaxpr = C.params_jaxpr(p)
     hit = self._signatures.get(id(jaxpr))
     if hit is not None and hit[0]() is jaxpr:
+      self._last = hit[1]
       return hit[1]
     sig = self._decide(p, args_flat)
     self._signatures[id(jaxpr)] = (weakref.ref(jaxpr), sig)
     self._order.append(sig)
+    self._last = sig
     if self.on_copy == "warn":
       self._warn(sig)
     return sig
@@ -480,6 +485,7 @@ class InplaceJitted:
     self._signatures.clear()
     self._nested.clear()
     self._order.clear()
+    self._last = None
 
   @property
   def signatures(self) -> tuple[Signature, ...]:
@@ -493,13 +499,16 @@ class InplaceJitted:
 
   @property
   def last_report(self) -> CopyReport | None:
-    return self._order[-1].report if self._order else None
+    """The report of the signature of the latest call, `.lower()` or `.trace()`
+    that reached Python: a signature's first call (warm calls run in C++ and
+    change nothing here)."""
+    return self._last.report if self._last is not None else None
 
   @property
   def plan(self) -> _plan.Plan | None:
-    """The sequencing plan of the most recent signature (None if nothing had to be
+    """The sequencing plan of `last_report`'s signature (None if nothing had to be
     analysed: jax.jit's program copied no buffer)."""
-    return self._order[-1].plan if self._order else None
+    return self._last.plan if self._last is not None else None
 
   def _inplace_check(self, *args, compiler_options=None, **kwargs) -> CopyReport:
     """`inplace_jax.check` on this function: the report of the program it runs."""

@@ -270,6 +270,35 @@ def test_warm_calls_do_not_retrace_or_reverify():
   assert len(traces) == 2 and len(f.reports) == 2
 
 
+def test_each_signature_keeps_its_own_program_and_lower_gives_it():
+  """The decision belongs to one signature: a small buffer, whose copy is under the
+  size that matters, runs jax.jit's program, a large one the sequenced program,
+  whatever order they come in; `.lower()` before the first call and after it gives
+  the program that call runs."""
+  @inplace_jax.jit(donate_argnums=0)
+  def f(x):
+    y = x[1]
+    return x.at[1].set(y + 1), y
+
+  small, large = 4, 256
+  before = f.lower(_x(large))
+  assert f.last_report.program == "sequenced"
+  # Each signature's first call reaches Python (`last_report`); the third is warm.
+  for k, n in enumerate((small, large, small)):
+    out = f(fresh(_x(n)))
+    assert_tree_equal(out, jax.jit(f.__wrapped__, donate_argnums=0)(fresh(_x(n))))
+    if k < 2:
+      assert f.last_report.program == ("jax.jit" if n == small else "sequenced")
+      assert f.last_report is f.reports[0 if n == large else 1]
+  assert len(f.reports) == 2
+  if ON_CPU:
+    assert f.reports[0].buffer_copies() == () and f.reports[1].buffer_copies()
+  after = f.lower(_x(large))
+  assert before.as_text() == after.as_text()
+  assert "optimization_barrier" in after.as_text()
+  assert "optimization_barrier" not in f.lower(_x(small)).as_text()
+
+
 def _backend_compiles():
   """A list that grows by one for every XLA compile from now on."""
   seen: list[float] = []
