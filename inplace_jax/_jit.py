@@ -738,7 +738,8 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
       continue
     notes = [k for k in conflicts if _about(k, c, donated.get(c.buffer_parameter))]
     used += [k for k in notes if k not in used]
-    extra = [k.message for k in notes]
+    # One sentence once: conflicts that differ only in the read's line say the same.
+    extra = list(dict.fromkeys(k.message for k in notes))
     if changed and not notes:
       ops = "; ".join(sorted({str(o) for o in changed})[:3])
       extra.append(f"the sequenced program that removes it computes {ops} "

@@ -43,6 +43,10 @@ def test_realworld_program(program):
   copies = ours.buffer_copies(threshold)
   assert bool(warned) == bool(copies), (warned, ours)
   assert all(k.cause for k in copies), ours
+  # Nothing said twice in one cause (conflicts that differ only in a read's line).
+  for k in ours.buffer_copies():
+    sentences = [x for x in (k.cause or "").split("; ") if " " in x]
+    assert len(sentences) == len(set(sentences)), k.cause
   # The signature's report describes the program that ran.
   sig = c.fn.signatures[-1]
   assert sig.report is ours and sig.chosen.report.copies == ours.copies or \
