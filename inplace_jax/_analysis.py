@@ -69,24 +69,25 @@ class Analyzer:
   def __call__(self, jaxpr, buffers: Sequence[bool], in_loop: bool,
                manual: bool = False, left: Sequence[bool] = (),
                targets: Sequence[int | None] = (),
-               names: Sequence[str | None] = ()) -> Plan:
+               names: Sequence[str | None] = (), top: bool = False) -> Plan:
     """`left` marks inputs (donated buffers jax.jit already updates in place) whose
     versions are left exactly as they are: no chain of updates starts from them.
     `targets` gives, per input, the output whose buffer it is (the output JAX
     aliases a donated argument to, the same carry of a loop body); None or absent:
     not known. `names`, per input, the argument's name as JAX writes it (a whole
     program's): a conflict about one argument's buffer names it
-    (`Conflict.argument`)."""
+    (`Conflict.argument`). `top`: the jaxpr is a whole program, not a body that
+    XLA may inline into its caller (a call, a one-trip loop, a nested jit)."""
     levels = tuple(_level(b) for b in buffers)
     left = tuple(bool(x) for x in left)
     targets = tuple(None if t is None else int(t) for t in targets)
     names = tuple(names)
-    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left, targets, names)
+    key = (id(jaxpr), levels, bool(in_loop), bool(manual), left, targets, names, top)
     hit = self._cache.get(key)
     if hit is not None and hit[0] is jaxpr:
       return hit[1]
     plan = analyze_one(jaxpr, levels, bool(in_loop), bool(manual), self, left, targets,
-                       names)
+                       names, top)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
 
@@ -107,7 +108,7 @@ def analyze(jaxpr, buffers: Sequence[bool], in_loop: bool = False,
             manual: bool = False, targets: Sequence[int | None] = ()) -> Plan:
   """The sequencing plan for an open `core.Jaxpr` whose invars `buffers` are donated
   (`targets`: see `Analyzer.__call__`)."""
-  return Analyzer()(jaxpr, buffers, in_loop, manual, targets=targets)
+  return Analyzer()(jaxpr, buffers, in_loop, manual, targets=targets, top=True)
 
 
 @dataclasses.dataclass
@@ -144,6 +145,9 @@ class _State:
   sensitive_memo: dict[Any, bool] = dataclasses.field(default_factory=dict)
   inner_sensitive: Any = None
   hints: Hints = Hints()
+  # A whole program (`Analyzer.__call__`): its outputs are not read by anything
+  # XLA could fuse with this jaxpr's operations.
+  top: bool = False
   # Updates whose result gets a barrier because a read was tied through them.
   forced_post: set[int] = dataclasses.field(default_factory=set)
   # Read results a barrier may not follow (a product an add takes into an FMA):
@@ -186,10 +190,10 @@ class _State:
 def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
                 analyzer: Analyzer, left: tuple[bool, ...] = (),
                 targets: tuple[int | None, ...] = (),
-                names: tuple[str | None, ...] = ()) -> Plan:
+                names: tuple[str | None, ...] = (), top: bool = False) -> Plan:
   """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
   st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets, names=names,
-              inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints)
+              inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints, top=top)
   find_versions(st, analyzer, left)
   pick_successors(st)
   order_reads(st)
@@ -496,7 +500,8 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
           and not made_weakly
           and (ueqn.primitive not in _updates.ADDITIVE or (X.additive_source_safe(
               ueqn.invars[2], g.eqns, g.producer) and not X.reassociated(
-                  ueqn, ueqn.outvars[0], g.eqns, g.consumers, g.outvars))))
+                  ueqn, ueqn.outvars[0], g.eqns, g.consumers, g.outvars,
+                  _inlined(st)))))
 
 
 def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
@@ -586,8 +591,15 @@ def _cut_safe_at(st: _State, eqn, var) -> bool:
 def _no_fold_across(st: _State, eqn, var) -> bool:
   """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
   g = st.g
-  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars) and \
+  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st)) and \
       not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])
+
+
+def _inlined(st: _State) -> bool:
+  """Whether XLA may inline this jaxpr into its caller, where an add could consume
+  what it returns: a call's or a one-trip loop's body, or a program called inside
+  another's jit; not a whole program, not a loop body XLA keeps."""
+  return not st.top and not st.in_loop
 
 
 def _untied(st: _State, r: int, u: int, v, why: str) -> None:

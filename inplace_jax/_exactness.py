@@ -106,7 +106,7 @@ def _ends_in_additive_scatter(eqn, out_index: int) -> bool:
   return last is not None and _ends_in_additive_scatter(*last)
 
 
-def reassociated(eqn, var, eqns, consumers, outvars=()) -> bool:
+def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False) -> bool:
   """Whether XLA may move an add across a barrier after `var`: its simplifier
   rewrites `scatter_add(a, i, u) + b` into `scatter_add(a + b, i, u)`, which
   rounds differently (measured: 35 of 384 elements); a barrier after the scatter
@@ -114,11 +114,18 @@ def reassociated(eqn, var, eqns, consumers, outvars=()) -> bool:
 
   Only where the add is the scatter's one user: a result that is also read, reduced,
   added twice or returned (`outvars`) is scattered first under jax.jit too
-  (measured, docs/xla_notes.md), and a barrier after it changes no arithmetic."""
+  (measured, docs/xla_notes.md), and a barrier after it changes no arithmetic.
+  Returned from a body XLA may inline (`inlined`: a call's, a one-trip loop's), it
+  may meet an add outside as its one user: assumed so (fuzz seed 3400 #6898: a
+  one-trip loop's scatter-add, then `+ -0.03` after the loop, split).
+  """
   if not _ends_in_additive_scatter(eqn, _out_index(eqn, var)):
     return False
+  returned = var in outvars
+  if returned and inlined:
+    return True
   users = {k for k, _ in consumers.get(var, ())}
-  if len(users) > 1 or (users and var in outvars):
+  if len(users) > 1 or (users and returned):
     return False
   return _added(var, eqns, consumers, 0, direct=True)
 

@@ -103,7 +103,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     whole = boundary and not in_loop
     targets = tuple(C.predicted_aliases(dce(jaxpr), donated)) if whole else ()
     names = _given_names(jaxpr) if whole else ()
-    plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets, names=names)
+    plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets, names=names,
+                    top=boundary)
     if ctx.restructured:
       plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
     if whole:
@@ -132,7 +133,7 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
   if not dropped:
     return plan
   first = plan
-  plan = analyzer(jaxpr, kept, False, left=left, targets=targets, names=names)
+  plan = analyzer(jaxpr, kept, False, left=left, targets=targets, names=names, top=True)
   names = _arg_names(jaxpr)
   notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(

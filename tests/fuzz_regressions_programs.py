@@ -933,7 +933,39 @@ def zero_from_every_branch_added(b0, b1, b2):
   return (b0, v1, b2, b1,)
 
 
+def one_trip_scatter_add_then_shift(b0, b1):
+  """Seed 3400 #6898 (the 10,000-program run at 999e03c; wrong at 24b480e too),
+  shrunk by the fuzzer. Oracle: inexact (1 of 512 elements, 1 ulp). XLA unrolls
+  the one-trip loop and moves the `+ -0.03` after it in front of the loop body's
+  scatter-add (`(x - 0.03) + 3` under jax.jit); the body, analysed alone, split
+  the scatter-add (`(x + 3) - 0.03`). Fixed: a scatter-add result returned from a
+  body XLA may inline counts as one an add may consume (`_exactness.reassociated`,
+  `inlined`)."""
+  def fn1(b0):
+    a1 = jnp.float32(0)
+    def body2(i2, c2):
+      (b0, a2) = c2
+      b0 = b0.at[0, 0:6].add(3.0)
+      return (b0, a2)
+    (b0, v2) = lax.fori_loop(0, 1, body2, (b0, jnp.float32(0)))
+    v5 = jnp.full((16, 32), 3.0, jnp.float32)
+    b0 = b0 + v5 * -0.01
+    return (b0, a1)
+  (b0, v1) = jax.checkpoint(fn1)(b0)
+  v6 = jnp.argmax(b1[16])
+  def br7_0(b0):
+    a7 = jnp.float32(0)
+    b0 = b0 * 0.5 + v6
+    return (b0, a7)
+  def br7_1(b0):
+    return (b0, jnp.float32(0))
+  (b0, v7) = lax.switch(v6 % 4 + 4, [br7_0, br7_1], b0)
+  return (b0, b1,)
+
+
 REGRESSIONS = [
+    _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
+          data="normal", data_seed=1741133617),
     _case(stored_product_contracted_in_a_reversed_scan, Buf("b0", (16, 16), "bfloat16"),
           Buf("b1", (9, 12), "int32"), f32("b2", 24, 16), data="normal",
           data_seed=1042386244),
