@@ -208,13 +208,25 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
       lambda: [_build.zeros(eqn.outvars[o].aval) for o in other_out], [], eqn)
   new_eqns += zero_eqns
   carry = [ops[i] for i in carried_in] + zeros
-  for k, branch in enumerate(branches):
-    if not other_out and all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
-                             for i, o in pairs):
-      continue  # this branch leaves every carried buffer as it is: nothing to run
-    flag_eqns, (flag,) = _build.trace_eqns(
+  # Branches that leave every carried buffer as they are need no loop.
+  run = [k for k, branch in enumerate(branches)
+         if other_out or not all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
+                                 for i, o in pairs)]
+  flags = {}
+  for k in run:
+    flag_eqns, (flags[k],) = _build.trace_eqns(
         lambda i, k=k: (i == k).astype(np.int32), [index], eqn)
     new_eqns.extend(flag_eqns)
+  if len(run) > 1 and not C.is_literal(index):
+    # Every trip count before the first loop: XLA recomputes a cheap flag from
+    # what the index was read from (a buffer the loops update in place) in front
+    # of each loop, and a later loop's read, unordered against the earlier loops'
+    # writes, costs a copy of that buffer. Integers: nothing to round.
+    tie, outs = _build.barrier_eqn([flags[k] for k in run], eqn)
+    new_eqns.append(tie)
+    flags = dict(zip(run, outs, strict=True))
+  for k in run:
+    branch, flag = branches[k], flags[k]
     body = _branch_as_body(branch, const_ops, carried_in, carried_out, other_out)
     cond = _flag_cond(len(carry), [a.aval for a in carry])
     outvars = [C.new_var(flag.aval)] + [C.new_var(a.aval) for a in carry]
