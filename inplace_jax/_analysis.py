@@ -900,7 +900,12 @@ def post_update_barriers(st: _State) -> None:
       v = g.eqns[k].invars[use.operand]
       if C.is_drop_var(out) or v not in st.successor or st.successor[v][0] != k:
         continue
-      if not (info.forwards_reads or not use.strong):
+      # A loop's results are read from memory unless XLA inlines it (one trip,
+      # from bounds it evaluates): only a compile shows that, so only a refinement
+      # round puts a barrier after one.
+      forwards = info.forwards_reads and (st.hints.through_updates
+                                          or g.eqns[k].primitive is not C.while_p)
+      if not (forwards or not use.strong):
         continue
       if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]):
         continue
