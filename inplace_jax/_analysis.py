@@ -923,6 +923,14 @@ def post_update_barriers(st: _State) -> None:
                       for c, pos in g.uses(out))
       # A split successor reads `out` with a gather, a slicing read too.
       has_reads = has_reads or (nxt is not None and nxt[0] in st.splits)
+      # In a refinement round: an update an earlier compile showed recomputed
+      # inside a reader's fusion (the reader's copy names the update itself as a
+      # read of the old value): its result, materialised, is what readers read.
+      dup = (st.hints.through_updates and use.strong
+             and source_key(g.eqns[k]) in st.hints.tie
+             and any(not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
+                     for c, pos in g.uses(out)))
+      has_reads = has_reads or dup
       # In a refinement round: an update followed by an elementwise one. Fused
       # together, XLA writes the result to a new buffer (the elementwise op reads
       # elements the update moved) and copies it into the donated one; with the
@@ -933,7 +941,7 @@ def post_update_barriers(st: _State) -> None:
       # transcendentals those reads feed (a sum of a slice of the new version
       # changed in the fuzzer): values first, XLA may copy instead. Unless a read
       # was tied through this update (see `_frontier_step`).
-      if has_reads and (k in st.forced_post or not st.sensitive(out)
+      if has_reads and (k in st.forced_post or dup or not st.sensitive(out)
                         or (st.hints.through_updates and _moved_to_sensitive(st, out))):
         st.post_versions.setdefault(k, []).append(out)
 
