@@ -307,6 +307,51 @@ def set_at_argmax_then_affine(x):
   return x * 0.5 + -1.5
 
 
+def one_trip_while_then_read(x, y):
+  """Fuzz seed 3400 #39's class: a `while_loop` of one trip (XLA inlines it, as it
+  does a call) makes an elementwise update, then a read of the result picks a row.
+  XLA recomputes the update in the read's fusion, from the old buffer; a barrier
+  after the loop's result makes the read read memory."""
+  def body(c):
+    i, x = c
+    return i + 1, x - 0.25 * jnp.full(x.shape, -2.0, x.dtype)
+  _, x = lax.while_loop(lambda c: c[0] < 1, body, (jnp.int32(0), x))
+  return x, x[jnp.argmin(x[:, 13]) % x.shape[0]], y
+
+
+def both_branches_update_flag_from_buffer(x):
+  """Fuzz seed 3400 #95's class: a conditional lowered to loops, whose index is
+  read from the buffer both branches update. XLA recomputed the second loop's trip
+  count from the buffer after the first loop had updated it; every trip count is
+  now computed (and tied) before the first loop."""
+  win = lax.dynamic_slice(x, (jnp.argmax(x[7]) % 8, jnp.argmin(x[:, 14]) % 6), (9, 11))
+  def br0(x):
+    x = x.at[:, jnp.array([11, 11])].set(jnp.resize(win, (16, 2)))
+    return x - 0.01 * jnp.abs(x)
+  def br1(x):
+    x = x.at[jnp.argmax(x[10]) % 16].mul(jnp.resize(win, (16,)))
+    return lax.dynamic_update_index_in_dim(x, jnp.resize(win, (16,)), 6, 0)
+  x = lax.cond(x[11, 12] > 0, br0, br1, x)
+  x = x.at[:, jnp.array([12, 0, 5, 5])].min(jnp.resize(win, (16, 4)))
+  x = x.at[10].add(jnp.resize(win, (16,)))
+  return x + x[4] * -0.25
+
+
+def update_recomputed_in_its_reader(x):
+  """Fuzz seed 3400 #14's class: XLA fuses an update into its readers' fusions (the
+  row set into the slices read after it; the block set into `abs` before the sum),
+  so those read the old buffer. The copy's cause names the update itself as a read;
+  a refinement round puts a barrier on the update's result."""
+  def br1(x):
+    x = lax.dynamic_update_slice(x, jnp.full((11, 5), 2.0, x.dtype),
+                                 (jnp.argmin(x[:, 14]) % 6, jnp.int32(12)))
+    return x, jnp.sum(jnp.abs(x))
+  x = x.at[-9, 30].set(3.0)
+  v = jnp.argmax(x[15])
+  x, s = lax.cond(x[10, 23] > 0, lambda x: (x, jnp.float32(0)), br1, x)
+  return s, v, x
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -316,12 +361,16 @@ def set_at_argmax_then_affine(x):
     (update_fed_by_reduction_of_carry, ((32, 32), (32, 32))),
     (loop_result_picks_branch_reading_buffer, ((24, 64), (8, 12), (9, 12))),
     (one_step_loop_then_read, ((24, 24), (4, 4))),
-    (update_then_call_slicing_it, ((24, 24), (4, 4)))],
+    (update_then_call_slicing_it, ((24, 24), (4, 4))),
+    (one_trip_while_then_read, ((64, 32), (4, 4))),
+    (both_branches_update_flag_from_buffer, ((16, 16),)),
+    (update_recomputed_in_its_reader, ((16, 33),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
          "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
-         "update_then_call_slicing_it"])
+         "update_then_call_slicing_it", "one_trip_while_then_read",
+         "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
