@@ -162,8 +162,12 @@ def _alias_conflict(name: str, flow: int | None, alias: int | None) -> Conflict:
            "input only to an output of its shape and dtype): it cannot be updated "
            "in place")
   elif flow is None:
-    msg = (f"output {alias} reuses the buffer of donated {name}, but is not computed "
-           f"by updating {name} in place")
+    # What the analysis found, not what XLA does: XLA may still write the output
+    # over the buffer (optax.MultiSteps' accumulator, whose elementwise chain
+    # also feeds the moments' updates, is written in place with a copy kept).
+    msg = (f"output {alias} reuses the buffer of donated {name}, but inplace_jax "
+           f"follows no chain of updates from {name} to that output, so it does not "
+           f"order the reads of {name} before its update")
   else:
     msg = (f"the updated {name} is output {flow}, but JAX gives its buffer to output "
            f"{alias} (it pairs donated inputs with outputs of the same shape and "

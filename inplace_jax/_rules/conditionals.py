@@ -72,13 +72,31 @@ def _cond_rule(eqn, is_version, ctx):
   mask = list(is_version[1:])
   # Branches get no read-modify-write splits (as in loops): a split would force the
   # conditional into loops to stay in place, which costs more than it saves.
-  plans = [ctx.analyze(b.jaxpr, mask, True, ctx.manual) for b in branches]
+  targets = _passed_through(branches)
+  plans = [ctx.analyze(b.jaxpr, mask, True, ctx.manual, targets=targets)
+           for b in branches]
   pairs = cond_carries(eqn, plans)
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
   lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans,
                  action=LowerCond(_all_carries(eqn, mask, pairs, ctx)) if lower else None)
+
+
+def _passed_through(branches) -> tuple[int | None, ...]:
+  """Per operand, the output some branch returns it as unchanged (a branch that
+  skips an update: `optax.MultiSteps`, `apply_if_finite`), where that is one
+  output: the buffer's place among the outputs, which the other branches' chains
+  of updates then lead to (an accumulator whose elementwise update also feeds
+  other buffers' updates would otherwise continue into the first output it
+  reaches)."""
+  n = len(branches[0].jaxpr.invars)
+  out: list[int | None] = []
+  for i in range(n):
+    places = {o for b in branches for o, v in enumerate(b.jaxpr.outvars)
+              if v is b.jaxpr.invars[i]}
+    out.append(places.pop() if len(places) == 1 else None)
+  return tuple(out)
 
 
 def _all_carries(eqn, mask, pairs, ctx) -> tuple[tuple[int, int], ...]:
@@ -91,7 +109,9 @@ def _all_carries(eqn, mask, pairs, ctx) -> tuple[tuple[int, int], ...]:
           for m, v in zip(mask, ops, strict=True)]
   if full == [bool(m) for m in mask]:
     return tuple(pairs)
-  plans = [ctx.analyze(b.jaxpr, full, True, ctx.manual) for b in eqn.params["branches"]]
+  branches = eqn.params["branches"]
+  plans = [ctx.analyze(b.jaxpr, full, True, ctx.manual, targets=_passed_through(branches))
+           for b in branches]
   ins, outs = {i for i, _ in pairs}, {o for _, o in pairs}
   extra = [(i, o) for i, o in cond_carries(eqn, plans)
            if i not in ins and o not in outs and not mask[i]]
