@@ -710,11 +710,15 @@ def _about(k: _plan.Conflict, c, buffer_type: str | None) -> bool:
   or the argument's). One source line can read and update several buffers (an
   optimizer's `p + u` over a tree): a conflict about a float32[512,64] buffer
   says nothing about a float32[64,512] one."""
+  at = any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
   if k.argument is not None:
-    return k.argument == c.buffer
+    # A conflict with source lines explains the copy at those lines, not every
+    # copy of its argument (an untied dot read at line 2 said nothing about the
+    # copy a slice at line 8 and a scatter at line 12 force: fuzz seed 3400 #46).
+    return k.argument == c.buffer and (at or not (k.read or k.update))
   if k.buffer_type is not None and k.buffer_type not in (c.type_str, buffer_type):
     return False
-  return any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
+  return at
 
 
 def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> CopyReport:
