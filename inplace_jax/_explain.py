@@ -206,6 +206,15 @@ def _origins(comp: Computation, name: str) -> set[str]:
   return out
 
 
+def _parameter_view(comp: Computation, name: str) -> bool:
+  """Whether `name` is the computation's parameter, or an element or view of it
+  (get-tuple-element, bitcast)."""
+  ins = comp.by_name.get(name)
+  while ins is not None and ins.opcode in ("get-tuple-element", "bitcast") and ins.operands:
+    ins = comp.by_name.get(ins.operands[0])
+  return ins is not None and ins.opcode == "parameter"
+
+
 def _dedupe(accesses) -> tuple[Access, ...]:
   out: list[Access] = []
   for a in accesses:
@@ -223,9 +232,14 @@ class Cause:
   # For `into_buffer`: reads of the old value outside the chain that computes the
   # new one (in `readers` too).
   held: tuple[Access, ...] = ()
+  # A conditional's branch returns the buffer as it came in, copied.
+  passed_through: bool = False
 
   def text(self, buffer: str | None) -> str:
     what = buffer or "the buffer"
+    if self.passed_through:
+      return (f"this branch of a conditional returns {what} unchanged, and XLA "
+              "copies it into the conditional's result (jax#16661)")
     if self.into_buffer:
       made = f" (by {self.writer})" if self.writer else ""
       reads = "; ".join(str(a) for a in self.readers if a not in self.held)
@@ -261,6 +275,9 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
     return Cause(moved + held, _access(module, src), True, held)
   done = comp.by_name.get(copy.done_name) if copy.done_name else None
   copy_users = comp.users.get((done or ins).name, [])
+  if module.roles.get(comp.name) == "branch" and copy_users and \
+      all(u.is_root for u in copy_users) and _parameter_view(comp, v):
+    return Cause((), None, passed_through=True)
   v_users = [u for u in comp.users.get(v, []) if u is not ins]
   writers = [u for u in copy_users if _writes_in_place(module, comp, u, (done or ins).name)]
   writer: Instruction | None

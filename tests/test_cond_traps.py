@@ -150,3 +150,23 @@ def test_closed_over_operand_is_the_buffer(index):
   if ON_CPU:
     assert r.ref_report.buffer_copies(1024), "jax.jit should copy x here"
     assert r.report.buffer_copies(1024) == (), r.report
+
+
+def test_pass_through_branch_copy_names_the_branch():
+  # Under jax.jit the branch that returns the buffer unchanged copies it; its
+  # cause says so (it said "for a later use", naming no read).
+  def f(x, p):
+    def update(x):
+      x = lax.dynamic_update_slice(x, jnp.full((11, 5), 2.0, x.dtype),
+                                   (jnp.argmin(x[:, 14]) % 6, jnp.int32(12)))
+      return x, jnp.sum(jnp.abs(x))
+    return lax.cond(p, lambda x: (x, jnp.float32(0)), update, x)
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(16, 33)), jnp.float32)
+  r = compare(f, x, jnp.bool_(True), donate_argnums=(0,))
+  if not ON_CPU:
+    pytest.skip("the copy is XLA:CPU's")
+  passed = [c for c in r.ref_report.buffer_copies(1024) if c.role == "branch"
+            and "returns x unchanged" in (c.cause or "")]
+  assert passed, r.ref_report
+  assert all(c.readers == () and c.writer is None for c in passed)
+  assert not r.report.buffer_copies(1024), r.report
