@@ -257,7 +257,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
   ctx = _rules.Context(
       in_loop=st.in_loop, manual=st.manual, analyze=analyzer,
       constant=lambda v: C.is_literal(v) or v in constant,
-      producer=g.producer_eqn, inner_sensitive=analyzer.inner_sensitive)
+      producer=g.producer_eqn, inner_sensitive=analyzer.inner_sensitive,
+      refining=st.hints.through_updates)
   levels: dict[Any, int] = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
             if b and _rules.is_big(v.aval)}
   st.versions = set(levels)
@@ -900,19 +901,16 @@ def post_update_barriers(st: _State) -> None:
       v = g.eqns[k].invars[use.operand]
       if C.is_drop_var(out) or v not in st.successor or st.successor[v][0] != k:
         continue
-      # A loop's results are read from memory unless XLA inlines it (one trip,
-      # from bounds it evaluates): only a compile shows that, so only a refinement
-      # round puts a barrier after one.
-      forwards = info.forwards_reads and (st.hints.through_updates
-                                          or g.eqns[k].primitive is not C.while_p)
-      if not (forwards or not use.strong):
+      if not (info.forwards_reads or not use.strong):
         continue
       if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]):
         continue
       nxt = st.successor.get(out)
+      # The use of `out` by the update that continues it, if any.
+      cont = (nxt[0], nxt[1].operand) if nxt is not None else None
       # Only slicing reads can be forwarded to the old buffer; a barrier in front
       # of arithmetic would change what XLA fuses, and so last-bit rounding.
-      has_reads = any((not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
+      has_reads = any(((c, pos) != cont
                        and (X.is_slicing(g.eqns[c]) or _recomputed(st, use, c)
                             or _fused_reader(st, out, c)))
                       # A call that slices it (then updates it, maybe): inlined, a
@@ -928,8 +926,7 @@ def post_update_barriers(st: _State) -> None:
       # read of the old value): its result, materialised, is what readers read.
       dup = (st.hints.through_updates and use.strong
              and source_key(g.eqns[k]) in st.hints.tie
-             and any(not (nxt is not None and c == nxt[0] and pos == nxt[1].operand)
-                     for c, pos in g.uses(out)))
+             and any((c, pos) != cont for c, pos in g.uses(out)))
       has_reads = has_reads or dup
       # In a refinement round: an update followed by an elementwise one. Fused
       # together, XLA writes the result to a new buffer (the elementwise op reads

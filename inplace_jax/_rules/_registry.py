@@ -51,6 +51,8 @@ class Context:
   analyze: Callable[..., Plan]
   # inner_sensitive(jaxpr, index) -> bool, memoised per analysis.
   inner_sensitive: Callable[[Any, int], bool]
+  # A refinement round: copies remained after a compile (`_plan.Hints`).
+  refining: bool = False
 
 
 # is_version: a level per operand (0: not a buffer; see `_analysis.BUFFER`).

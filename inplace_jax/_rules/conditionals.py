@@ -80,7 +80,8 @@ def _cond_rule(eqn, is_version, ctx):
   lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans,
-                 action=LowerCond(_all_carries(eqn, mask, pairs, ctx)) if lower else None)
+                 action=LowerCond(_all_carries(eqn, mask, pairs, ctx, targets))
+                 if lower else None)
 
 
 def _passed_through(branches) -> tuple[int | None, ...]:
@@ -99,19 +100,18 @@ def _passed_through(branches) -> tuple[int | None, ...]:
   return tuple(out)
 
 
-def _all_carries(eqn, mask, pairs, ctx) -> tuple[tuple[int, int], ...]:
+def _all_carries(eqn, mask, pairs, ctx, targets) -> tuple[tuple[int, int], ...]:
   """The carries of a lowered conditional: `pairs`, and every other big operand a
   branch updates in place into the same output. Passed into the loops as a
   constant, such an operand would be copied to be updated (under jax.jit the branch
-  updates it in its own buffer)."""
+  updates it in its own buffer). `targets`: `_passed_through` of the branches."""
   ops = eqn.invars[1:]
   full = [bool(m) or (not C.is_literal(v) and is_big(v.aval))
           for m, v in zip(mask, ops, strict=True)]
   if full == [bool(m) for m in mask]:
     return tuple(pairs)
-  branches = eqn.params["branches"]
-  plans = [ctx.analyze(b.jaxpr, full, True, ctx.manual, targets=_passed_through(branches))
-           for b in branches]
+  plans = [ctx.analyze(b.jaxpr, full, True, ctx.manual, targets=targets)
+           for b in eqn.params["branches"]]
   ins, outs = {i for i, _ in pairs}, {o for _, o in pairs}
   extra = [(i, o) for i, o in cond_carries(eqn, plans)
            if i not in ins and o not in outs and not mask[i]]

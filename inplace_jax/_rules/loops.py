@@ -48,11 +48,11 @@ def _while_rule(eqn, is_version, ctx):
                if is_version[cn + bn + j] and plan.flows[bn + j] == j)
   # XLA inlines a loop whose bounds give one trip: its results are then the
   # body's last operations, as a call's are, and a read of one can be recomputed
-  # from the buffer before it (fuzz seed 3400 #39). The trip count is XLA's to find
-  # (`post_update_barriers` acts on this in a refinement round only); a barrier
-  # after a loop it keeps is after results already in memory.
+  # from the buffer before it (fuzz seed 3400 #39). The trip count is XLA's to
+  # find, so only a refinement round (copies remained) assumes it; a barrier after
+  # a loop XLA keeps is after results already in memory.
   return EqnInfo(uses=uses, subplans=((("body_jaxpr", None), plan),),
-                 forwards_reads=True,
+                 forwards_reads=ctx.refining,
                  conflicts=_carry_conflicts(eqn, plan, bn, len(carry), mask))
 
 
