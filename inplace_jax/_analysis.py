@@ -53,6 +53,7 @@ from ._plan import (
     BarrierSpec, Conflict, EqnInfo, FindingKind, Hints, InplaceUse, Plan, Step)
 from . import _traits
 from ._rules import updates as _updates
+from ._passes import _cheap_elementwise as _passes_cheap
 
 
 class Analyzer:
@@ -518,8 +519,9 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
   """
   g = st.g
   tied = reads
-  if use.strong and not _rules.normalised_float(v.aval):
-    private = _private_ancestors(g, u)
+  if (use.strong or st.hints.clone) and not _rules.normalised_float(v.aval):
+    private = _private_ancestors(g, u, _weak_chain(st, u, use) if st.hints.clone
+                                 else frozenset((u,)))
     if split:
       # The split reads the old values before the barrier, at the update's
       # indices: reads those indices are computed from must come first.
@@ -678,7 +680,8 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
     p = g.producer.get(w)
     uncut = w in st.uncut
     if not uncut and not st.sensitive(w) and not _after_avoided(st, w) and (
-        p is None or _no_fold_across(st, g.eqns[p], w)):
+        p is None or _no_fold_across(st, g.eqns[p], w)) and not (
+            st.hints.clone and _fused_onward(st, w)):
       ties.append(w)        # everything downstream rounds the same fused or not
       continue
     if w in g.outvars:
@@ -700,6 +703,16 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
         ties.extend(step[0])
         stack.extend(step[1])
   return ties, region
+
+
+def _fused_onward(st: _State, w) -> bool:
+  """Whether XLA computes `w` inside the fusions of the equations that read it (each
+  a cheap elementwise one, `_passes.clone_shared_elementwise` having given each its
+  own copy): tied, it would be stored and read from memory instead."""
+  g = st.g
+  if w in g.outvars or not g.uses(w):
+    return False
+  return all(_passes_cheap(g.eqns[c]) for c, _ in g.uses(w))
 
 
 def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
@@ -856,7 +869,22 @@ def _moved_to_sensitive(st: _State, var) -> bool:
   return True
 
 
-def _private_ancestors(g: Graph, u: int) -> set[int]:
+def _weak_chain(st: _State, u: int, use: InplaceUse) -> frozenset[int]:
+  """Update `u` and the elementwise updates that continue its version, up to the
+  first update that must be in place (`InplaceUse.strong`): XLA computes such a
+  chain in one fusion, reading what the chain reads."""
+  chain = {u}
+  v = _out(st, u, use)
+  while v in st.successor:
+    k, nxt = st.successor[v]
+    if nxt.strong or k in chain:
+      break
+    chain.add(k)
+    v = _out(st, k, nxt)
+  return frozenset(chain)
+
+
+def _private_ancestors(g: Graph, u: int, chain: frozenset[int] = frozenset()) -> set[int]:
   """Equations whose results flow only into update `u` (directly or through others).
 
   Inside a loop such a read is ordered before the update by data alone, and XLA then
@@ -873,14 +901,16 @@ def _private_ancestors(g: Graph, u: int) -> set[int]:
       if C.is_literal(v):
         continue
       p = g.producer.get(v)
-      if p is not None and p not in seen:
+      if p is not None and p not in seen and p not in chain:
         seen.add(p)
         heapq.heappush(heap, -p)
 
-  push_producers(u)
+  for k in sorted(chain | {u}):
+    push_producers(k)
   while heap:
     k = -heapq.heappop(heap)
-    shared = any(w in g.outvars or any(c != u and c not in private for c, _ in g.uses(w))
+    shared = any(w in g.outvars or any(c != u and c not in chain and c not in private
+                                       for c, _ in g.uses(w))
                  for w in g.eqns[k].outvars if not C.is_drop_var(w))
     if not shared:
       private.add(k)

@@ -381,27 +381,43 @@ class InplaceJitted:
 
   def _rounds(self, p, args_flat, buffers, plain: Candidate, options, threshold):
     """The sequenced candidates, round by round (`_next_hints`): the best one, its
-    plan, every plan and every candidate compiled (jax.jit's first)."""
-    candidates, best, best_plan, plans = [plain], plain, None, []
-    hints, last, seen = _plan.Hints(), plain, []
+    plan, every plan and every candidate compiled (jax.jit's first).
+
+    Where buffer copies remain after those rounds, up to `CLONE_ROUNDS` more
+    rounds sequence the program with each cheap elementwise value computed once per
+    reader (`Hints.clone`), as XLA computes it in each reader's fusion: a read's
+    fusion then keeps jax.jit's form while the update recomputes the chain after the
+    barrier (`_passes.clone_shared_elementwise`)."""
+    candidates, plans, seen = [plain], [], []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
-    while len(candidates) <= 1 + REFINE_ROUNDS:
-      new, plan = self._sequenced(p, buffers, hints)
-      plans.append(plan)
-      text = str(new.jaxpr)
-      if text not in seen and (plan.changed or (
-          self._our_options != self._user_options and _has_barrier(new.jaxpr))):
-        seen.append(text)
-        last = self._compile(p, args_flat, "sequenced", new, options, plain)
-        last = self._settle(p, args_flat, last, plain, plain_ir)
-        candidates.append(last)
-        if _improves(last, best, plain, threshold):
-          best, best_plan = last, plan
-      nxt = _next_hints(hints, last, plain, threshold)
-      if nxt is None or nxt == hints:
-        break
-      hints = nxt
-    return best, best_plan, plans, candidates
+    state = {"best": plain, "plan": None}
+
+    def run(hints: _plan.Hints, limit: int) -> _plan.Hints:
+      last = plain
+      while len(candidates) <= limit:
+        new, plan = self._sequenced(p, buffers, hints)
+        plans.append(plan)
+        text = str(new.jaxpr)
+        if text not in seen and (plan.changed or (
+            self._our_options != self._user_options and _has_barrier(new.jaxpr))):
+          seen.append(text)
+          last = self._compile(p, args_flat, "sequenced", new, options, plain)
+          last = self._settle(p, args_flat, last, plain, plain_ir)
+          candidates.append(last)
+          if _improves(last, state["best"], plain, threshold):
+            state["best"], state["plan"] = last, plan
+        nxt = _next_hints(hints, last, plain, threshold)
+        if nxt is None or nxt == hints:
+          break
+        hints = nxt
+      return hints
+
+    hints = run(_plan.Hints(), 1 + REFINE_ROUNDS)
+    best = state["best"]
+    if best.report.verified and _bytes(best, threshold)[0]:
+      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave, clone=True),
+          len(candidates) + CLONE_ROUNDS - 1)
+    return state["best"], state["plan"], plans, candidates
 
   def _sequenced(self, p, buffers, hints):
     return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
@@ -529,6 +545,8 @@ class InplaceJitted:
 
 # Compiles after the first sequenced one, where copies of buffers remain.
 REFINE_ROUNDS = 2
+# Rounds with elementwise values cloned per reader, where copies remain (`_rounds`).
+CLONE_ROUNDS = 2
 
 
 def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:

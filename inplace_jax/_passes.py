@@ -32,10 +32,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from . import _compat as C
 from . import _rules
+from . import _traits
 from ._rules import _build, loops
 
 
@@ -47,6 +49,9 @@ class PassContext:
   analyze: Callable[..., Any]
   # Names of the passes that restructured the jaxpr (filled as they run).
   restructured: list[str] = dataclasses.field(default_factory=list)
+  # Cheap elementwise results read by several equations are computed once per
+  # reader (`clone_shared_elementwise`): a refinement round's hint.
+  clone: bool = False
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
@@ -92,9 +97,15 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
   return map_eqns(jaxpr, _without_remat_barrier, {}), consts
 
 
+def clone_shared_elementwise(jaxpr, consts, ctx: PassContext):
+  if not ctx.clone:
+    return jaxpr, consts
+  return _cloned_elementwise(jaxpr, {}), consts
+
+
 PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
           merge_cond_operands, carry_scanned_buffers, distinct_fills,
-          erase_remat_barriers)
+          erase_remat_barriers, clone_shared_elementwise)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):
@@ -365,3 +376,94 @@ def _distinct_fills(jaxpr):
     e = e.replace(invars=invars)
     eqns.append(loops.scan_with_carried_xs(e, [], fresh) if fresh else e)
   return jaxpr.replace(eqns=eqns)
+
+
+# Elementwise primitives XLA fuses into every fusion that reads their result,
+# computing them once per fusion (not `IsExpensive` in xla/service/instruction_fusion.cc:
+# no division, square root or transcendental).
+_EXPENSIVE = frozenset({"div", "rem", "sqrt", "rsqrt", "pow"})
+# At most this many equations are added per jaxpr (a chain read by many equations
+# would otherwise grow as a tree).
+_CLONE_LIMIT = 256
+
+
+def _cheap_elementwise(eqn) -> bool:
+  name = eqn.primitive.name
+  return (len(eqn.outvars) == 1 and not eqn.effects and name not in _EXPENSIVE
+          and _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE)
+          and not _traits.has(eqn.primitive, _traits.Trait.SENSITIVE)
+          and not C.jaxprs_in_params(eqn.params))
+
+
+def _cloned_elementwise(jaxpr, memo: dict):
+  """`jaxpr` with each cheap elementwise equation whose result several equations
+  read (and that depends on an input) computed once per reading equation, at every
+  depth.
+
+  XLA fuses such an operation into each fusion that reads it and computes it there
+  again, so the clones change no fusion and no value; its CSE merges any two that
+  nothing tells apart. What tells them apart is a barrier the analysis puts between
+  a read of a buffer and its update: the read's fusion computes the elementwise
+  chain from the buffer before the barrier, the update's from the buffer after it,
+  as under jax.jit, where without the clones the chain would be tied, materialised
+  and read from memory by both (`b = b * 0.99 - 0.01 * (b * b)` returning `b * b`
+  too: the product `b * b` tied, its multiply-add changed)."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  eqns = []
+  for e in jaxpr.eqns:
+    new_params = None
+    for key in C.jaxprs_in_params(e.params):
+      val = e.params[key]
+      seq = val if isinstance(val, (tuple, list)) else (val,)
+      new_seq = [C.ClosedJaxpr(_cloned_elementwise(j.jaxpr, memo), j.consts)
+                 if isinstance(j, C.ClosedJaxpr) else _cloned_elementwise(j, memo)
+                 for j in seq]
+      if any((n.jaxpr if isinstance(n, C.ClosedJaxpr) else n) is not
+             (o.jaxpr if isinstance(o, C.ClosedJaxpr) else o)
+             for n, o in zip(new_seq, seq, strict=True)):
+        new_params = dict(new_params or e.params)
+        new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
+                           else new_seq[0])
+    eqns.append(e if new_params is None else e.replace(params=new_params))
+  # Which values depend on an input (constants' chains are left to XLA).
+  live = set(jaxpr.invars)
+  for e in eqns:
+    if any(not C.is_literal(v) and v in live for v in e.invars):
+      live.update(e.outvars)
+  outs = set(v for v in jaxpr.outvars if not C.is_literal(v))
+  # Reverse pass: `readers[v]` are the (kept or cloned) equations reading v, each a
+  # mutable list of invars.
+  readers: dict = {}
+  rev: list = []
+  budget = _CLONE_LIMIT
+  for e in reversed(eqns):
+    v = e.outvars[0] if len(e.outvars) == 1 else None
+    users = readers.get(v, []) if v is not None else []
+    n = len(users) + (1 if v in outs else 0)
+    copies = [(e, list(e.invars))]
+    if v is not None and v in live and n > 1 and _cheap_elementwise(e) \
+        and jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) and budget >= n - 1:
+      # The first reader (or the outputs) keeps `v`; every other reader gets its own.
+      for ins in users[0 if v in outs else 1:]:
+        w = C.new_var(v.aval)
+        for k, a in enumerate(ins):
+          if a is v:
+            ins[k] = w
+        copies.append((e.replace(outvars=[w]), list(e.invars)))
+        budget -= 1
+    for eqn, ins in copies:
+      rev.append((eqn, ins))
+      for a in ins:
+        if not C.is_literal(a):
+          lst = readers.setdefault(a, [])
+          if not any(x is ins for x in lst):
+            lst.append(ins)
+  if budget == _CLONE_LIMIT:
+    out = jaxpr if all(a is b for a, b in zip(eqns, jaxpr.eqns)) else \
+        jaxpr.replace(eqns=eqns)
+  else:
+    out = jaxpr.replace(eqns=[eqn.replace(invars=ins) for eqn, ins in reversed(rev)])
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out

@@ -57,6 +57,7 @@ class Hints:
   # The donated buffers jax.jit's program does not copy are left exactly as they
   # are, their versions too (an earlier compile copied one that jax.jit does not).
   leave: bool = False
+  clone: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -93,7 +93,7 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     analyzer = Analyzer(hints)
     ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
                               erase_remat_barriers=erase_remat_barriers,
-                              analyze=analyzer)
+                              analyze=analyzer, clone=hints.clone)
     jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
     # Donated buffers not to sequence are left exactly as they are.
     left = tuple(d and not b and hints.leave

@@ -141,9 +141,11 @@ def lion_every_second_step(p, mu, acc, x, mini):
 
 
 def test_a_copy_names_its_own_update_and_its_own_conflicts():
-  # XLA copies mu and acc, whose buffers their own updates write (the where, the
-  # product), not p's update, which reads them. The conflicts a copy's cause adds
-  # are about its own buffer: not about the transposed matrix, or the other
+  # XLA copies mu and acc under jax.jit, whose buffers their own updates write (the
+  # where, the product), not p's update, which reads them. Since the rounds that
+  # clone elementwise chains per reader (`Hints.clone`), inplace_jax removes those
+  # copies; any copy that remains names its own update, and the conflicts its cause
+  # adds are about its own buffer: not about the transposed matrix, or the other
   # buffer of its type, read on the same lines.
   src, start = inspect.getsourcelines(lion_every_second_step)
   line = {k: start + next(i for i, t in enumerate(src) if t.lstrip().startswith(k))
@@ -152,7 +154,9 @@ def test_a_copy_names_its_own_update_and_its_own_conflicts():
   r = compare(lion_every_second_step, tree(0), tree(1), tree(2), _x(64)[:8],
               jnp.int32(1), donate_argnums=(0, 1, 2))
   copies = r.report.buffer_copies(1024)
-  assert any(c.buffer.startswith("mu") for c in copies) or not ON_CPU, r.report
+  assert any(c.buffer.startswith("mu") for c in r.ref_report.buffer_copies(1024)) \
+      or not ON_CPU, r.ref_report
+  assert not copies or not ON_CPU, r.report
   for c in copies:
     want = line["mu = " if c.buffer.startswith("mu") else
                 "acc = " if c.buffer.startswith("acc") else "p = "]
