@@ -53,7 +53,7 @@ from ._plan import (
     BarrierSpec, Conflict, EqnInfo, FindingKind, Hints, InplaceUse, Plan, Step)
 from . import _traits
 from ._rules import updates as _updates
-from ._passes import _cheap_elementwise as _passes_cheap
+from ._passes import fused_into_readers
 
 
 class Analyzer:
@@ -707,12 +707,12 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
 
 def _fused_onward(st: _State, w) -> bool:
   """Whether XLA computes `w` inside the fusions of the equations that read it (each
-  a cheap elementwise one, `_passes.clone_shared_elementwise` having given each its
-  own copy): tied, it would be stored and read from memory instead."""
+  a cheap one, `_passes.clone_shared` having given each its own copy): tied, it
+  would be stored and read from memory instead."""
   g = st.g
   if w in g.outvars or not g.uses(w):
     return False
-  return all(_passes_cheap(g.eqns[c]) for c, _ in g.uses(w))
+  return all(fused_into_readers(g.eqns[c], st.hints.clone) for c, _ in g.uses(w))
 
 
 def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):

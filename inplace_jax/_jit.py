@@ -383,11 +383,13 @@ class InplaceJitted:
     """The sequenced candidates, round by round (`_next_hints`): the best one, its
     plan, every plan and every candidate compiled (jax.jit's first).
 
-    Where buffer copies remain after those rounds, up to `CLONE_ROUNDS` more
-    rounds sequence the program with each cheap elementwise value computed once per
-    reader (`Hints.clone`), as XLA computes it in each reader's fusion: a read's
-    fusion then keeps jax.jit's form while the update recomputes the chain after the
-    barrier (`_passes.clone_shared_elementwise`)."""
+    Where buffer copies remain after those rounds, a clone round sequences the
+    program with each cheap elementwise value computed once per reader
+    (`Hints.clone`), as XLA computes it in each reader's fusion: a read's fusion
+    then keeps jax.jit's form while the update recomputes the chain after the
+    barrier (`_passes.clone_shared`). Where copies still remain, and the first
+    clone round needed one compile only, another clones slices, reshapes and
+    broadcasts too: `CLONE_COMPILES` compiles in all."""
     candidates, plans, seen = [plain], [], []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     state = {"best": plain, "plan": None}
@@ -413,10 +415,14 @@ class InplaceJitted:
       return hints
 
     hints = run(_plan.Hints(), 1 + REFINE_ROUNDS)
-    best = state["best"]
-    if best.report.verified and _bytes(best, threshold)[0]:
-      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave, clone=True),
-          len(candidates) + CLONE_ROUNDS - 1)
+    start = len(candidates)
+    for level in CLONE_LEVELS:
+      best = state["best"]
+      if not best.report.verified or not _bytes(best, threshold)[0] or \
+          len(candidates) >= start + CLONE_COMPILES:
+        break
+      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
+                      clone=level), start + CLONE_COMPILES - 1)
     return state["best"], state["plan"], plans, candidates
 
   def _sequenced(self, p, buffers, hints):
@@ -545,8 +551,10 @@ class InplaceJitted:
 
 # Compiles after the first sequenced one, where copies of buffers remain.
 REFINE_ROUNDS = 2
-# Rounds with elementwise values cloned per reader, where copies remain (`_rounds`).
-CLONE_ROUNDS = 2
+# The clone rounds, where copies remain (`_rounds`): elementwise values cloned per
+# reader, then data movement too (`Hints.clone`), in at most this many compiles.
+CLONE_LEVELS = (1, 2)
+CLONE_COMPILES = 2
 
 
 def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:

@@ -49,9 +49,9 @@ class PassContext:
   analyze: Callable[..., Any]
   # Names of the passes that restructured the jaxpr (filled as they run).
   restructured: list[str] = dataclasses.field(default_factory=list)
-  # Cheap elementwise results read by several equations are computed once per
-  # reader (`clone_shared_elementwise`): a refinement round's hint.
-  clone: bool = False
+  # Cheap results read by several equations are computed once per reader
+  # (`clone_shared`, `Hints.clone`): 0 none, 1 elementwise ones, 2 data movement too.
+  clone: int = 0
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
@@ -97,15 +97,15 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
   return map_eqns(jaxpr, _without_remat_barrier, {}), consts
 
 
-def clone_shared_elementwise(jaxpr, consts, ctx: PassContext):
+def clone_shared(jaxpr, consts, ctx: PassContext):
   if not ctx.clone:
     return jaxpr, consts
-  return _cloned_elementwise(jaxpr, {}), consts
+  return _cloned(jaxpr, ctx.clone, {}), consts
 
 
 PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
           merge_cond_operands, carry_scanned_buffers, distinct_fills,
-          erase_remat_barriers, clone_shared_elementwise)
+          erase_remat_barriers, clone_shared)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):
@@ -382,23 +382,30 @@ def _distinct_fills(jaxpr):
 # computing them once per fusion (not `IsExpensive` in xla/service/instruction_fusion.cc:
 # no division, square root or transcendental).
 _EXPENSIVE = frozenset({"div", "rem", "sqrt", "rsqrt", "pow"})
+# Data movement XLA fuses into each reader alike (clone level 2).
+_MOVES = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "broadcast_in_dim"})
 # At most this many equations are added per jaxpr (a chain read by many equations
 # would otherwise grow as a tree).
 _CLONE_LIMIT = 256
 
 
-def _cheap_elementwise(eqn) -> bool:
+def fused_into_readers(eqn, level: int) -> bool:
+  """Whether XLA computes `eqn` again in each fusion that reads its result, so that
+  clone level `level` computes it once per reader (`clone_shared`)."""
   name = eqn.primitive.name
-  return (len(eqn.outvars) == 1 and not eqn.effects and name not in _EXPENSIVE
+  if len(eqn.outvars) != 1 or eqn.effects or C.jaxprs_in_params(eqn.params):
+    return False
+  if level >= 2 and name in _MOVES:
+    return True
+  return (level >= 1 and name not in _EXPENSIVE
           and _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE)
-          and not _traits.has(eqn.primitive, _traits.Trait.SENSITIVE)
-          and not C.jaxprs_in_params(eqn.params))
+          and not _traits.has(eqn.primitive, _traits.Trait.SENSITIVE))
 
 
-def _cloned_elementwise(jaxpr, memo: dict):
-  """`jaxpr` with each cheap elementwise equation whose result several equations
-  read (and that depends on an input) computed once per reading equation, at every
-  depth.
+def _cloned(jaxpr, level: int, memo: dict):
+  """`jaxpr` with each cheap equation (`fused_into_readers` at `level`) whose float
+  result several equations read (and that depends on an input) computed once per
+  reading equation, at every depth.
 
   XLA fuses such an operation into each fusion that reads it and computes it there
   again, so the clones change no fusion and no value; its CSE merges any two that
@@ -417,8 +424,8 @@ def _cloned_elementwise(jaxpr, memo: dict):
     for key in C.jaxprs_in_params(e.params):
       val = e.params[key]
       seq = val if isinstance(val, (tuple, list)) else (val,)
-      new_seq = [C.ClosedJaxpr(_cloned_elementwise(j.jaxpr, memo), j.consts)
-                 if isinstance(j, C.ClosedJaxpr) else _cloned_elementwise(j, memo)
+      new_seq = [C.ClosedJaxpr(_cloned(j.jaxpr, level, memo), j.consts)
+                 if isinstance(j, C.ClosedJaxpr) else _cloned(j, level, memo)
                  for j in seq]
       if any((n.jaxpr if isinstance(n, C.ClosedJaxpr) else n) is not
              (o.jaxpr if isinstance(o, C.ClosedJaxpr) else o)
@@ -443,7 +450,7 @@ def _cloned_elementwise(jaxpr, memo: dict):
     users = readers.get(v, []) if v is not None else []
     n = len(users) + (1 if v in outs else 0)
     copies = [(e, list(e.invars))]
-    if v is not None and v in live and n > 1 and _cheap_elementwise(e) \
+    if v is not None and v in live and n > 1 and fused_into_readers(e, level) \
         and jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) and budget >= n - 1:
       # The first reader (or the outputs) keeps `v`; every other reader gets its own.
       for ins in users[0 if v in outs else 1:]:

@@ -57,7 +57,10 @@ class Hints:
   # The donated buffers jax.jit's program does not copy are left exactly as they
   # are, their versions too (an earlier compile copied one that jax.jit does not).
   leave: bool = False
-  clone: bool = False
+  # Cheap results read by several equations computed once per reader, as XLA
+  # computes them in each reader's fusion (`_passes.clone_shared`): 0 none, 1
+  # elementwise ones, 2 data movement too. A clone round's hint (`inplace_jax.jit`).
+  clone: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

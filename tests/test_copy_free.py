@@ -105,7 +105,27 @@ def step_returning_its_square(x, w):
   return r, x.at[17:].set(-2.0), sq
 
 
+def step_summed_and_sliced_then_set(x, g, j):
+  """An elementwise step whose result is summed and sliced before an element of
+  it is updated (fuzz seed 3500 #1950, shrunk): XLA computes the step inside the
+  sum's fusion and the slice's, from the old buffer, and again where it writes the
+  buffer. The slice is cloned per reader too (clone level 2), so the read is tied
+  where the slice's own fusion ends, not as a stored step both fusions load."""
+  x = x * 0.99 - 0.01 * g
+  s = jnp.sum(x)
+  v = lax.dynamic_slice(x, (jnp.int32(0), j), (16, 3))
+  return v, x.at[-9, -15].add(1.0), s
+
+
+def _normal(*shapes):
+  return lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
+                       for k, s in enumerate(shapes))
+
+
 CASES = {
+    "step_summed_and_sliced_then_set": (
+        step_summed_and_sliced_then_set,
+        lambda: _normal((16, 32), (16, 32))() + (jnp.int32(5),), (0,), ()),
     "step_returning_its_square": (
         step_returning_its_square,
         lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
