@@ -96,7 +96,7 @@ def step_returning_its_square(x, w):
   dot of the new value added into a block of it (fuzz seed 3500 #1004): XLA
   computes `x * x` in the fusion of the output and again in the step's, so the
   read is tied where those fusions end, and the step recomputes its chain from the
-  buffer after the barrier (`_passes.clone_shared_elementwise`), not from a
+  buffer after the barrier (`_passes.clone_shared`), not from a
   stored product."""
   sq = x * x
   x = x * 0.99 - 0.01 * sq
