@@ -885,7 +885,9 @@ def _weak_chain(st: _State, u: int, use: InplaceUse) -> frozenset[int]:
 
 
 def _private_ancestors(g: Graph, u: int, chain: frozenset[int] = frozenset()) -> set[int]:
-  """Equations whose results flow only into update `u` (directly or through others).
+  """Equations whose results flow only into update `u` (directly or through others),
+  or into the elementwise updates `chain` that continue its version (a clone round,
+  `_weak_chain`).
 
   Inside a loop such a read is ordered before the update by data alone, and XLA then
   fuses it with the update in place; a barrier there only costs speed. Visited from

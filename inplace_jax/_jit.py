@@ -392,9 +392,10 @@ class InplaceJitted:
     broadcasts too: `CLONE_COMPILES` compiles in all."""
     candidates, plans, seen = [plain], [], []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
-    state = {"best": plain, "plan": None}
+    best, best_plan = plain, None
 
     def run(hints: _plan.Hints, limit: int) -> _plan.Hints:
+      nonlocal best, best_plan
       last = plain
       while len(candidates) <= limit:
         new, plan = self._sequenced(p, buffers, hints)
@@ -406,8 +407,8 @@ class InplaceJitted:
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
           last = self._settle(p, args_flat, last, plain, plain_ir)
           candidates.append(last)
-          if _improves(last, state["best"], plain, threshold):
-            state["best"], state["plan"] = last, plan
+          if _improves(last, best, plain, threshold):
+            best, best_plan = last, plan
         nxt = _next_hints(hints, last, plain, threshold)
         if nxt is None or nxt == hints:
           break
@@ -417,13 +418,12 @@ class InplaceJitted:
     hints = run(_plan.Hints(), 1 + REFINE_ROUNDS)
     start = len(candidates)
     for level in CLONE_LEVELS:
-      best = state["best"]
       if not best.report.verified or not _bytes(best, threshold)[0] or \
           len(candidates) >= start + CLONE_COMPILES:
         break
       run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                       clone=level), start + CLONE_COMPILES - 1)
-    return state["best"], state["plan"], plans, candidates
+    return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
     return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,

@@ -24,6 +24,9 @@ form the analysis and XLA handle best:
 8. `erase_remat_barriers`: on backends where `jax.jit` erases every barrier before
    fusion, `jax.checkpoint`'s CSE barriers go too, so the options that keep
    inplace_jax's barriers do not keep those.
+9. `clone_shared` (clone rounds only, `Hints.clone`): a cheap value several
+   equations read is computed once per reader, as XLA computes it in each reader's
+   fusion, so that a barrier can separate a read's copy from the update's.
 """
 
 from __future__ import annotations
