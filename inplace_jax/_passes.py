@@ -144,6 +144,12 @@ def map_eqns(jaxpr, fn: Callable, memo: dict):
 
 
 def _mapped_params(params, fn, memo) -> dict | None:
+  return _params_with(params, lambda j: map_eqns(j, fn, memo))
+
+
+def _params_with(params, transform: Callable) -> dict | None:
+  """`params` with `transform` (open jaxpr -> open jaxpr) applied to each jaxpr in
+  them, or None where it changed none."""
   new_params = None
   for key in C.jaxprs_in_params(params):
     val = params[key]
@@ -151,10 +157,10 @@ def _mapped_params(params, fn, memo) -> dict | None:
     new_seq = []
     for j in seq:
       if isinstance(j, C.ClosedJaxpr):
-        inner = map_eqns(j.jaxpr, fn, memo)
+        inner = transform(j.jaxpr)
         new_seq.append(j if inner is j.jaxpr else C.ClosedJaxpr(inner, j.consts))
       else:
-        new_seq.append(map_eqns(j, fn, memo))
+        new_seq.append(transform(j))
     if any(a is not b for a, b in zip(seq, new_seq, strict=True)):
       new_params = dict(new_params or params)
       new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
@@ -423,19 +429,7 @@ def _cloned(jaxpr, level: int, memo: dict):
     return hit[1]
   eqns = []
   for e in jaxpr.eqns:
-    new_params = None
-    for key in C.jaxprs_in_params(e.params):
-      val = e.params[key]
-      seq = val if isinstance(val, (tuple, list)) else (val,)
-      new_seq = [C.ClosedJaxpr(_cloned(j.jaxpr, level, memo), j.consts)
-                 if isinstance(j, C.ClosedJaxpr) else _cloned(j, level, memo)
-                 for j in seq]
-      if any((n.jaxpr if isinstance(n, C.ClosedJaxpr) else n) is not
-             (o.jaxpr if isinstance(o, C.ClosedJaxpr) else o)
-             for n, o in zip(new_seq, seq, strict=True)):
-        new_params = dict(new_params or e.params)
-        new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
-                           else new_seq[0])
+    new_params = _params_with(e.params, lambda j: _cloned(j, level, memo))
     eqns.append(e if new_params is None else e.replace(params=new_params))
   # Which values depend on an input (constants' chains are left to XLA).
   live = set(jaxpr.invars)
