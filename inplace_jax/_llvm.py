@@ -888,7 +888,10 @@ class _Semantics:
                       resolve: bool) -> str | None:
     """`-(a * b)` as the form of the product `(-a) * b`, where `name` is a plain
     product of two factors; else None."""
-    if name is None or _opcode(self.rhs[name]) != "fmul" or \
+    if name is not None:
+      # A product moved across lanes (a scalar's splat) is negated alike.
+      name = self.source(name)
+    if name is None or name not in self.rhs or _opcode(self.rhs[name]) != "fmul" or \
         not _flags(self.rhs[name]) <= _PLAIN_FLAGS:
       return None
     p = _PRODUCT_TEXT.match(_semantic_text(self.rhs[name]))
@@ -963,15 +966,20 @@ class _Semantics:
 
   def picks_leaves(self, values: Sequence[str], resolve: bool, mat: bool) -> bool:
     """Whether a pick (a phi, a select) chooses only among memory and constants:
-    each value loaded or constant, or such a pick itself. It rounds nothing, and
+    each value loaded or constant, or such a pick itself, or (with `mat`) a value
+    whose form some kernel stores, as `operand` reads it. It rounds nothing, and
     reads as a load: where a dynamic-update-slice fused into arithmetic picks the
     update or the old element, the other program may load the element from the
-    buffer the update wrote in place."""
+    buffer the update wrote in place (an update computed as `sin(y)` and stored
+    there: fuzz seed 3700 #715)."""
     for v in values:
       if not _VALUE.fullmatch(v):
         continue                             # a constant
       name = self.source(v)
-      if name not in self.rhs or self.form(name, resolve, mat)[0] != "load":
+      if name not in self.rhs:
+        return False
+      if self.form(name, resolve, mat)[0] != "load" and not (
+          mat and self.form(name, True, False)[0] in self.materialised):
         return False
     return bool(values)
 

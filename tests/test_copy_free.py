@@ -117,6 +117,30 @@ def step_summed_and_sliced_then_set(x, g, j):
   return v, x.at[-9, -15].add(1.0), s
 
 
+def step_minus_scaled_column(x):
+  """An elementwise step that subtracts a scaled column of the buffer, then a row
+  update by that column (fuzz seed 3700 #115, shrunk): tied, the column is
+  materialised and the step's loop runs as scalar code where jax.jit's runs as
+  vector code with the column's product splat across lanes. Each lane computes the
+  same multiply-add; the kernels' reading (`_llvm.same_semantics`) sees it only
+  where `c - splat(a * b)` reads as `c + splat((-a) * b)` as the scalar code's
+  `c - a * b` does."""
+  c = x[:, 43:44]
+  x = x * 0.99 - 0.5 * c
+  return x.at[21, 24:38].mul(c[:14, 0])
+
+
+def sine_of_a_row_set_then_step(x, y):
+  """A row set to a sine, then the sine of the whole buffer and a step by it (fuzz
+  seed 3700 #715, shrunk): jax.jit fuses the row update into the sine's loop,
+  which takes `sin(y)` or the old element and computes its sine; in place, the
+  loop loads the element the update stored. The pick reads as a load where the
+  other program stores its computed choice (`_llvm._Semantics.picks_leaves`)."""
+  x = x.at[jnp.argmax(x[5]) % 16].set(jnp.sin(y[0]))
+  v = jnp.sin(x)
+  return x - 0.1 * v, v
+
+
 def _normal(*shapes):
   return lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
                        for k, s in enumerate(shapes))
@@ -130,6 +154,15 @@ CASES = {
         step_returning_its_square,
         lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
                       for k, s in ((0, (32, 24)), (2, (24, 4)))), (0,), ()),
+    "step_minus_scaled_column": (
+        step_minus_scaled_column,
+        lambda: (jnp.asarray(np.random.default_rng(0).normal(size=(32, 48)), jnp.float32),),
+        (0,), ()),
+    "sine_of_a_row_set_then_step": (
+        sine_of_a_row_set_then_step,
+        lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=(16, 32)),
+                                  jnp.float32) for k in (0, 1)),
+        (0,), ()),
     "step_reading_the_buffer_then_row_set": (
         step_reading_the_buffer_then_row_set, lambda: (_x(), _x(1)), (0, 1), ()),
     "clip_to_column": (clip_to_column, lambda: (_x(), jnp.int32(5)), (0,), ()),
