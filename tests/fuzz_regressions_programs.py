@@ -421,6 +421,22 @@ def jit_returns_zero_with_buffer(b0, b1):
   return (b1,)
 
 
+def tanh_step_then_row_set(b0):
+  """Long run seed 3800 #1996, commit 729b96c, shrunk. Oracle: values (1 ulp in
+  about a quarter of the elements). `tanh(b0)` is tied before the step's update
+  and stored; jax.jit computes it inline in the step's fusion. Both kernels' LLVM
+  IR read `b0 * 0.99 - 0.1 * t` with two products either of which may be
+  contracted into an FMA, and the semantic reading (`_llvm.same_semantics`) read
+  the stored `t` as a load on both sides. LLVM contracted `b0 * 0.99` over the
+  loaded `t` and not over the inline one. An add of two contractible products
+  with a factor one program stores and the other computes is no longer settled
+  by the kernels' IR: the copy stays."""
+  v1 = jnp.tanh(b0)
+  b0 = b0 * 0.99 - 0.1 * v1
+  b0 = b0.at[15].set(v1[0])
+  return (b0,)
+
+
 def zero_trip_loop_result_added(b0, b2):
   """Long run seed 12 #5670, commit 5ab4010. Oracle: values (sign of zero only). A
   fori_loop of zero trips (its bound computed, so a while) reads b2 for its 0.0
@@ -1058,6 +1074,7 @@ REGRESSIONS = [
     _case(zero_trip_loop_result_added,
           Buf("b0", (32, 64), "bfloat16"), f32("b2", 32, 16),
           data_seed=1964255744),
+    _case(tanh_step_then_row_set, f32("b0", 24, 24), data="normal", data_seed=759866554),
     _case(custom_vjp_zero_through_checkpoint,
           Buf("b0", (9, 12), "bfloat16"), f32("b1", 16, 24),
           data="special", data_seed=692057884),
