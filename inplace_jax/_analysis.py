@@ -154,6 +154,9 @@ class _State:
   # Read results a barrier may not follow (a product an add takes into an FMA):
   # their reads are tied further on, past the arithmetic they feed (`_tie_frontier`).
   uncut: set[Any] = dataclasses.field(default_factory=set)
+  # Slices of a buffer its elementwise update reads (a clone round): tied where
+  # they are read (`_reads_to_tie`).
+  slice_reads: set[int] = dataclasses.field(default_factory=set)
 
   def sensitive(self, var) -> bool:
     """A barrier materialises the value it ties. Where that value feeds a float
@@ -519,6 +522,16 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
   """
   g = st.g
   tied = reads
+  if not use.strong:
+    # An elementwise update runs as one loop over the buffer, writing each element
+    # where it reads it: a slice of the buffer that only that loop reads (a row
+    # broadcast, `x * 0.99 - 0.25 * x[13]`) would be read after elements of it are
+    # written. Such a read is tied where it is read (data movement: no value
+    # changes) and loaded from memory, as XLA loads it from its copy under jax.jit.
+    sliced = [r for r in reads if _traits.has(g.eqns[r].primitive, _traits.Trait.SLICING)]
+    if sliced:
+      chain_only = _private_ancestors(g, u, _weak_chain(st, u, use))
+      st.slice_reads.update(r for r in sliced if r in chain_only)
   if (use.strong or st.hints.clone) and not _rules.normalised_float(v.aval):
     private = _private_ancestors(g, u, _weak_chain(st, u, use) if st.hints.clone
                                  else frozenset((u,)))
@@ -526,6 +539,7 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
       # The split reads the old values before the barrier, at the update's
       # indices: reads those indices are computed from must come first.
       private -= g.ancestors_within(g.eqns[u].invars[1], private)
+    private -= st.slice_reads
     if st.hints.tie:
       # Reads XLA did not order by itself in an earlier compile are tied anyway.
       private = {k for k in private if source_key(g.eqns[k]) not in st.hints.tie}
@@ -561,7 +575,11 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
   region: set[int] = set()
   kept = []
   for r in tied:
-    f = _tie_frontier(st, r, u)
+    if r in st.slice_reads:
+      f: tuple[list[Any], set[int]] | None = (
+          [w for w in st.g.eqns[r].outvars if not C.is_drop_var(w)], set())
+    else:
+      f = _tie_frontier(st, r, u)
     if f is None:
       eqn = st.g.eqns[r]
       if any(w in st.uncut for w in eqn.outvars):
@@ -712,7 +730,8 @@ def _fused_onward(st: _State, w) -> bool:
   g = st.g
   if w in g.outvars or not g.uses(w):
     return False
-  return all(fused_into_readers(g.eqns[c], st.hints.clone) for c, _ in g.uses(w))
+  return all(fused_into_readers(g.eqns[c], st.hints.clone, g.producer_eqn)
+             for c, _ in g.uses(w))
 
 
 def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
@@ -742,7 +761,12 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
     region.add(c)
     outs = [o for o in e.outvars if not C.is_drop_var(o)]
     if _traits.has(e.primitive, _traits.Trait.REDUCTION):
-      return [o for o in outs if g.is_live(o)], []
+      live = [o for o in outs if g.is_live(o)]
+      if st.hints.clone and all(_fused_onward(st, o) for o in live):
+        # Its result read by cheap operations only, which XLA fuses into the
+        # reduction's fusion (a mean's division): tied where that fusion ends.
+        return [], live
+      return live, []
     return [], outs
   if C.jaxprs_in_params(e.params):
     return None         # used sensitively inside a loop, branch or call

@@ -398,17 +398,36 @@ _MOVES = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "broadcast_i
 _CLONE_LIMIT = 256
 
 
-def fused_into_readers(eqn, level: int) -> bool:
+def fused_into_readers(eqn, level: int, producer: Callable[[Any], Any] = lambda v: None
+                       ) -> bool:
   """Whether XLA computes `eqn` again in each fusion that reads its result, so that
-  clone level `level` computes it once per reader (`clone_shared`)."""
+  clone level `level` computes it once per reader (`clone_shared`). `producer` maps
+  a variable to the equation that computes it (None where none is known)."""
   name = eqn.primitive.name
   if len(eqn.outvars) != 1 or eqn.effects or C.jaxprs_in_params(eqn.params):
     return False
   if level >= 2 and name in _MOVES:
     return True
+  if level >= 1 and name == "div" and _by_scalar(eqn, producer):
+    return True
   return (level >= 1 and name not in _EXPENSIVE
           and _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE)
           and not _traits.has(eqn.primitive, _traits.Trait.SENSITIVE))
+
+
+def _by_scalar(eqn, producer) -> bool:
+  """Whether `eqn` (a `div`) divides floats by one scalar: a literal, or a scalar
+  broadcast. XLA's simplifier multiplies by the reciprocal instead
+  (`A / broadcast(s)` becomes `A * broadcast(1 / s)`, measured on XLA:CPU), a
+  cheap multiply it fuses into each reader."""
+  d = eqn.invars[1]
+  if not jax.numpy.issubdtype(eqn.outvars[0].aval.dtype, jax.numpy.inexact):
+    return False
+  if C.is_literal(d):
+    return np.ndim(d.val) == 0
+  b = producer(d)
+  return (b is not None and b.primitive.name == "broadcast_in_dim"
+          and not C.is_literal(b.invars[0]) and b.invars[0].aval.shape == ())
 
 
 def _cloned(jaxpr, level: int, memo: dict):
@@ -437,6 +456,7 @@ def _cloned(jaxpr, level: int, memo: dict):
     if any(not C.is_literal(v) and v in live for v in e.invars):
       live.update(e.outvars)
   outs = set(v for v in jaxpr.outvars if not C.is_literal(v))
+  made = {v: e for e in eqns for v in e.outvars}
   # Reverse pass: `readers[v]` are the (kept or cloned) equations reading v, each a
   # mutable list of invars.
   readers: dict = {}
@@ -447,7 +467,7 @@ def _cloned(jaxpr, level: int, memo: dict):
     users = readers.get(v, []) if v is not None else []
     n = len(users) + (1 if v in outs else 0)
     copies = [(e, list(e.invars))]
-    if v is not None and v in live and n > 1 and fused_into_readers(e, level) \
+    if v is not None and v in live and n > 1 and fused_into_readers(e, level, made.get) \
         and jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) and budget >= n - 1:
       # The first reader (or the outputs) keeps `v`; every other reader gets its own.
       for ins in users[0 if v in outs else 1:]:

@@ -141,6 +141,24 @@ def sine_of_a_row_set_then_step(x, y):
   return x - 0.1 * v, v
 
 
+def step_minus_row_then_mean(x):
+  """An elementwise step by a row of the buffer, then its column means (fuzz seed
+  3700 #435, shrunk). The step's loop would read the row after writing it: the
+  row is tied where it is read (data movement). Small, XLA computes the step
+  again inside the mean's fusion, so that fusion runs first, its result tied
+  after the division that ends it (a division by a scalar is a multiply XLA
+  fuses into each reader); larger, the mean reads the stored step."""
+  r = x[13]
+  x = x * 0.99 - 0.25 * r
+  return jnp.mean(x, axis=0), x
+
+
+def step_plus_column_then_mean(x):
+  """`step_minus_row_then_mean` with a column and the mean of everything."""
+  x = x * 0.5 + x[:, 2:3]
+  return jnp.mean(x), x
+
+
 def _normal(*shapes):
   return lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
                        for k, s in enumerate(shapes))
@@ -163,6 +181,12 @@ CASES = {
         lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=(16, 32)),
                                   jnp.float32) for k in (0, 1)),
         (0,), ()),
+    "step_minus_row_then_mean": (
+        step_minus_row_then_mean, _normal((16, 32)), (0,), ()),
+    "wide_step_minus_row_then_mean": (
+        step_minus_row_then_mean, _normal((64, 128)), (0,), ()),
+    "step_plus_column_then_mean": (
+        step_plus_column_then_mean, _normal((16, 32)), (0,), ()),
     "step_reading_the_buffer_then_row_set": (
         step_reading_the_buffer_then_row_set, lambda: (_x(), _x(1)), (0, 1), ()),
     "clip_to_column": (clip_to_column, lambda: (_x(), jnp.int32(5)), (0,), ()),
