@@ -613,7 +613,8 @@ def _no_fold_across(st: _State, eqn, var) -> bool:
   """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
   g = st.g
   return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st)) and \
-      not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)])
+      not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) and \
+      not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)])
 
 
 def _inlined(st: _State) -> bool:

@@ -130,6 +130,30 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False) -
   return _added(var, eqns, consumers, 0, direct=True)
 
 
+# Chains XLA's simplifier folds constants along: `(A + C1) + C2` becomes
+# `A + (C1 + C2)`, and likewise for products, which rounds otherwise.
+_CONSTANT_CHAINS = ({"add", "sub"}, {"mul"})
+
+
+def constants_folded(eqn, var, consumers) -> bool:
+  """Whether `var` is a float `A + C1` (or `A * C1`, C1 a literal) that an add (a
+  product) with another literal reads: XLA folds the two constants into one
+  (measured: `(b * 0.5 + 1.0) + 0.5` compiled to `b * 0.5 + 1.5`, 1 ulp from the
+  unfolded sum, fuzz seed 3900 #4652), which a barrier after `var` prevents.
+  `consumers`: the equations using it."""
+  aval = getattr(var, "aval", None)
+  if aval is None or not jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact):
+    return False
+
+  def chain(e):
+    name = e.primitive.name
+    kind = next((k for k, c in enumerate(_CONSTANT_CHAINS) if name in c), None)
+    return kind if kind is not None and any(C.is_literal(v) for v in e.invars) else None
+
+  kind = chain(eqn)
+  return kind is not None and any(chain(c) == kind for c in consumers)
+
+
 def folded_into_dot(eqn, var, consumers) -> bool:
   """Whether `var` is a transpose that a dot reads, or a dot's result that is
   transposed: XLA folds the transpose into the dot's operand or result layout,
@@ -190,6 +214,11 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False) -> bool:
       e = eqns[k]
       if _traits.has(e.primitive, Trait.ADDITIVE):
         return True
+      if e.primitive.name == "mul" and any(C.is_literal(v) for v in e.invars):
+        # `w * c + v * c` is `(w + v) * c` to XLA's simplifier, an add of `w`
+        # (fuzz seed 3900 #2539: a scatter-add's result scaled, then added).
+        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+        continue
       inner = R.call_body(e)
       if inner is not None:
         if pos < len(inner.invars) and _added(inner.invars[pos], inner.eqns,

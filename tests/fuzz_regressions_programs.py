@@ -437,6 +437,80 @@ def tanh_step_then_row_set(b0):
   return (b0,)
 
 
+def cond_step_scaled_after_scatter_add(b0):
+  """Long run seed 3900 #2539, commit 7610b09 (wrong since the clone rounds,
+  729b96c; a residual copy at 4bec9ea). Oracle: values, on the second normal
+  draw (1 ulp in 5 elements of row 3). In a branch, `b0.at[[3]].add(r)` then
+  `b0 * 0.5 + s * 0.5 + 1`: XLA's simplifier factors the two products into
+  `(b0 + s) * 0.5` and then moves that add into the scatter-add
+  (`scatter_add(b0 + s, 3, r)`), which rounds row 3 otherwise; the candidate
+  tied the scatter-add's result, whose only reader was the product. A product
+  by a constant that an add reads now counts as an add of its operand
+  (`_exactness._added`), so the scatter-add's result is not tied there."""
+  v1 = b0[8:9, 2:13]
+  v2 = b0[:, jnp.array([11], dtype=jnp.int32)]
+  b0 = b0.at[:, jnp.array([5, 12, 11], dtype=jnp.int32)].set(jnp.maximum(jnp.resize(v1, (32, 3)), 0), unique_indices=True)
+  b0 = lax.dynamic_update_index_in_dim(b0, jnp.resize(v1, (16,)) * 0.5 + 1, jnp.argmax(b0[31]) % 32, 0)
+  def br3_0(b0):
+    a3 = jnp.float32(0)
+    b0 = b0.at[jnp.array([3], dtype=jnp.int32)].add(jnp.resize(v1, (1, 16)), unique_indices=True)
+    b0 = b0 * 0.5 + jnp.resize(v1, (32, 16)) * 0.5 + 1
+    a3 = a3 + jnp.max(v1).astype(jnp.float32)
+    return (b0, a3)
+  def br3_1(b0):
+    a3 = jnp.float32(0)
+    o4 = b0
+    def body5(i5, c5):
+      (b0, a5) = c5
+      v6 = b0[jnp.array([16, 9, 7], dtype=jnp.int32), jnp.array([9, 4, 2], dtype=jnp.int32)]
+      v7 = b0[1]
+      b0 = b0.at[1].set(b0[0])
+      b0 = b0.at[0].set(v7)
+      return (b0, a5)
+    (b0, v5) = lax.fori_loop(0, 1, body5, (b0, jnp.float32(0)))
+    v8 = o4[25:31, 4:14]
+    return (b0, a3)
+  (b0, v3) = lax.cond(b0[0, 4] > 0, br3_0, br3_1, b0)
+  def br9_0(b0):
+    a9 = jnp.float32(0)
+    b0 = lax.dynamic_update_slice(b0, jnp.full((17, 12), v3), (jnp.argmin(b0[:, 8]) % 16, jnp.int32(2)))
+    b0 = b0.at[:, 1].add(jnp.resize(v2, (32,)))
+    v10 = b0[(jnp.arange(1, dtype=jnp.int32) * 2 + jnp.argmin(b0[:, 14]) % 32) % 32, (jnp.arange(1, dtype=jnp.int32) * 3 + jnp.argmax(b0[12]) % 16) % 16]
+    a9 = a9 + jnp.max(v3).astype(jnp.float32)
+    return (b0, a9)
+  def br9_1(b0):
+    a9 = jnp.float32(0)
+    def br11_0(b0):
+      return (b0, jnp.float32(0))
+    def br11_1(b0):
+      a11 = jnp.float32(0)
+      v12 = b0[13]
+      b0 = b0 * 0.99 - 0.01 * v12
+      a11 = a11 + jnp.sum(v2).astype(jnp.float32)
+      return (b0, a11)
+    (b0, v11) = lax.cond(b0[18, 13] > 0, br11_0, br11_1, b0)
+    v13 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(16, 16) % 3 - 1) * 0.125)(b0)
+    b0 = b0 * 0.99 - 0.5 * v13
+    v14 = b0 * b0
+    b0 = b0 + v14 * -0.1
+    return (b0, a9)
+  (b0, v9) = lax.cond(b0[26, 12] > 0, br9_0, br9_1, b0)
+  return (b0,)
+
+
+def constant_add_chain_then_column_scaled(b0):
+  """Long run seed 3900 #4652, commit 7610b09 (wrong at 4bec9ea too), shrunk.
+  Oracle: values, on the special draw (1 ulp in one element). jax.jit's
+  simplifier folds `(b0 * 0.5 + 1.0) + 0.5` into `b0 * 0.5 + 1.5`; the candidate
+  tied `b0 * 0.5 + 1.0` (it is returned) and so computed the two adds. A barrier
+  no longer follows an add (a product) of a literal that another add (product) of
+  a literal reads (`_exactness.constants_folded`)."""
+  v1 = b0 * 0.5 + 1.0
+  v3 = v1 + 0.5
+  b0 = b0.at[:, 7].mul(jnp.resize(v3, (32,)))
+  return (b0, v1,)
+
+
 def zero_trip_loop_result_added(b0, b2):
   """Long run seed 12 #5670, commit 5ab4010. Oracle: values (sign of zero only). A
   fori_loop of zero trips (its bound computed, so a while) reads b2 for its 0.0
@@ -1074,6 +1148,10 @@ REGRESSIONS = [
     _case(zero_trip_loop_result_added,
           Buf("b0", (32, 64), "bfloat16"), f32("b2", 32, 16),
           data_seed=1964255744),
+    _case(cond_step_scaled_after_scatter_add, f32("b0", 32, 16),
+          data="special", data_seed=1391357621),
+    _case(constant_add_chain_then_column_scaled, f32("b0", 32, 32),
+          data="special", data_seed=104315109),
     _case(tanh_step_then_row_set, f32("b0", 24, 24), data="normal", data_seed=759866554),
     _case(custom_vjp_zero_through_checkpoint,
           Buf("b0", (9, 12), "bfloat16"), f32("b1", 16, 24),
