@@ -154,8 +154,8 @@ class _State:
   # Read results a barrier may not follow (a product an add takes into an FMA):
   # their reads are tied further on, past the arithmetic they feed (`_tie_frontier`).
   uncut: set[Any] = dataclasses.field(default_factory=set)
-  # Slices of a buffer its elementwise update reads (a clone round): tied where
-  # they are read (`_reads_to_tie`).
+  # Slices of a buffer that only its elementwise update reads: tied where they
+  # are read (`_reads_to_tie`).
   slice_reads: set[int] = dataclasses.field(default_factory=set)
 
   def sensitive(self, var) -> bool:
