@@ -522,6 +522,7 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
   """
   g = st.g
   tied = reads
+  chain_only: set[int] | None = None
   if not use.strong:
     # An elementwise update runs as one loop over the buffer, writing each element
     # where it reads it: a slice of the buffer that only that loop reads (a row
@@ -533,8 +534,11 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
       chain_only = _private_ancestors(g, u, _weak_chain(st, u, use))
       st.slice_reads.update(r for r in sliced if r in chain_only)
   if (use.strong or st.hints.clone) and not _rules.normalised_float(v.aval):
-    private = _private_ancestors(g, u, _weak_chain(st, u, use) if st.hints.clone
-                                 else frozenset((u,)))
+    if st.hints.clone and chain_only is not None:
+      private = set(chain_only)      # the same walk, done above
+    else:
+      private = _private_ancestors(g, u, _weak_chain(st, u, use) if st.hints.clone
+                                   else frozenset((u,)))
     if split:
       # The split reads the old values before the barrier, at the update's
       # indices: reads those indices are computed from must come first.
