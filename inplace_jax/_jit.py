@@ -118,6 +118,9 @@ class Candidate:
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
   # Whether XLA hoisted a small loop into one kernel (`xla_cpu_small_call`).
   small_calls: bool = False
+  # The clone level of the round that compiled it (`_plan.Hints.clone`): 0 for
+  # jax.jit's program and the first rounds' candidates.
+  clone: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,7 +408,8 @@ class InplaceJitted:
             self._our_options != self._user_options and _has_barrier(new.jaxpr))):
           seen.append(text)
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
-          last = self._settle(p, args_flat, last, plain, plain_ir)
+          last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
+                                     clone=hints.clone)
           candidates.append(last)
           if _improves(last, best, plain, threshold):
             best, best_plan = last, plan

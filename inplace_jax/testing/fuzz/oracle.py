@@ -112,6 +112,10 @@ class Outcome:
   unexplained: int = 0                  # buffer copies (>= 1 KiB) without a cause
   certified: bool | None = None         # residual only: `certify`'s verdict
   certificate: str = ""                 # what `certify` found
+  # Every program inplace_jax.jit compiled to decide, in order (jax.jit's first):
+  # [clone level, buffer copy bytes (>= 1 KiB), operations computed differently,
+  # whether it runs]. How many compiles each program costs, and what each round won.
+  rounds: tuple = ()
 
   @property
   def ok(self) -> bool:
@@ -214,6 +218,16 @@ def pairs_buffers(returns: Sequence[str], bufs: Sequence[Buf], outputs) -> bool:
 # --------------------------------------------------------------------------- the check
 
 
+def _rounds(cmp) -> tuple:
+  """`Outcome.rounds` of the signature `cmp`'s inplace_jax.jit function ran."""
+  sigs = getattr(cmp.fn, "signatures", ())
+  if not sigs:
+    return ()
+  sig = sigs[-1]
+  return tuple([c.clone, sum(x.nbytes for x in c.report.buffer_copies(ORACLE_MIN_BYTES)),
+                len(c.changed), c is sig.chosen] for c in sig.candidates)
+
+
 def _no_in_place_updates(bufs: Sequence[Buf]) -> bool:
   """Whether a buffer of these types cannot be updated in place on this backend
   whatever the order: XLA:CPU computes a bfloat16 update through float32 converts
@@ -255,7 +269,7 @@ def check_function(fn: Callable, bufs: Sequence[Buf], data_seed: int = 0,
   facts = dataclasses.replace(
       facts, jax_bytes=jb, inplace_bytes=ib, jax_buffer_bytes=jbuf,
       inplace_buffer_bytes=ibuf, program=report.program, residual=residual,
-      unexplained=len(unexplained))
+      unexplained=len(unexplained), rounds=_rounds(cmp))
   if cmp.difference is not None:
     status, detail = classify_difference(cmp.reference.output, cmp.candidate.output) \
         or ("value", cmp.difference)
