@@ -42,6 +42,7 @@ from . import _compat as C
 from . import _plan
 from . import _fingerprint
 from . import _llvm
+from . import _rewrite
 from ._check import CopiesFoundError, check_compiled, inspect_compiled
 from ._report import CopyReport, Finding
 from ._transform import sequence_jaxpr
@@ -237,6 +238,8 @@ class InplaceJitted:
     if hit is None or hit[0]() is not jaxpr:
       new, _ = sequence_jaxpr(jaxpr, C.params_donated(p), boundary=False,
                               erase_remat_barriers=self._erase_remat)
+      if _rewrite.reads_across_barrier(new.jaxpr):
+        new = jaxpr
       self._nested[id(jaxpr)] = (weakref.ref(jaxpr), new)
       hit = self._nested[id(jaxpr)]
     self._warn_if_erased()
@@ -404,8 +407,10 @@ class InplaceJitted:
         new, plan = self._sequenced(p, buffers, hints)
         plans.append(plan)
         text = str(new.jaxpr)
-        if text not in seen and (plan.changed or (
-            self._our_options != self._user_options and _has_barrier(new.jaxpr))):
+        # A program XLA would miscompile with its barriers kept is never compiled.
+        if text not in seen and not _rewrite.reads_across_barrier(new.jaxpr) and (
+            plan.changed or (self._our_options != self._user_options
+                             and _has_barrier(new.jaxpr))):
           seen.append(text)
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),

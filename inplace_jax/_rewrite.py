@@ -132,3 +132,65 @@ def _rewrite(plan: Plan, rewriter: Rewriter):
   j = plan.jaxpr
   return C.Jaxpr(j.constvars, j.invars, [em.s(v) for v in j.outvars], em.out,
                  j.effects, j.debug_info)
+
+
+# --------------------------------------------------------------------------- check
+
+
+def reads_across_barrier(jaxpr) -> bool:
+  """Whether an equation after a barrier takes both the barrier's output for a
+  buffer and a value computed from that buffer's input to the barrier by
+  operations XLA may fuse into it (at any depth).
+
+  XLA:CPU then miscompiles where barriers are kept: the barrier forwards the
+  buffer, so both operands are one buffer, but its in-place check sees only the
+  operand it writes over (read elementwise) and not the other's slice of it, and
+  the fusion overwrites rows it reads later. Seen once, a clone round's candidate
+  (`x = x + x[21] * c` after the tie; 240 of 768 elements wrong); such a program
+  is never compiled (`inplace_jax.jit`)."""
+  producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
+              if not C.is_drop_var(v)}
+  tied: dict[Any, Any] = {}     # a barrier's output -> its input, for arrays
+  for e in jaxpr.eqns:
+    subs = list(C.sub_jaxprs(e.params))
+    if any(reads_across_barrier(j) for j in subs):
+      return True
+    if e.primitive is C.optimization_barrier_p:
+      tied.update((y, x) for x, y in zip(e.invars, e.outvars, strict=True)
+                  if not C.is_literal(x) and not C.is_drop_var(y)
+                  and getattr(x.aval, "ndim", 0) > 0)
+      continue
+    if subs or e.primitive in _UNFUSED:
+      continue
+    for y in e.invars:
+      if C.is_literal(y) or y not in tied or not any(
+          getattr(o.aval, "shape", None) == y.aval.shape
+          and getattr(o.aval, "dtype", None) == y.aval.dtype for o in e.outvars):
+        continue
+      if any(w is not y and not C.is_literal(w)
+             and _fused_from(w, tied[y], jaxpr, producer) for w in e.invars):
+        return True
+  return False
+
+
+def _fused_from(w, x, jaxpr, producer) -> bool:
+  """Whether `w` is `x` or computed from it by operations XLA may fuse (no
+  barrier, loop, call or dot on the way)."""
+  stack, seen = [w], set()
+  while stack:
+    v = stack.pop()
+    if v is x:
+      return True
+    k = producer.get(v)
+    if k is None or v in seen:
+      continue
+    seen.add(v)
+    e = jaxpr.eqns[k]
+    if (e.primitive is C.optimization_barrier_p or e.primitive in _UNFUSED
+        or next(iter(C.sub_jaxprs(e.params)), None) is not None):
+      continue
+    stack.extend(u for u in e.invars if not C.is_literal(u))
+  return False
+
+
+_UNFUSED = frozenset({C.dot_general_p})
