@@ -111,6 +111,17 @@ from jax._src.custom_derivatives import custom_jvp_call_p, custom_vjp_call_p  # 
 closed_call_p = _core.closed_call_p
 core_call_p = _core.call_p
 
+
+def plain_nested_jit(params: dict) -> bool:
+  """Whether a nested `jit` equation's params lower to nothing but a call of its
+  body (which XLA inlines): no shardings, layouts or compiler options of its own."""
+  from jax._src.sharding_impls import UnspecifiedValue
+  return (all(isinstance(s, UnspecifiedValue)
+              for s in (*params.get("in_shardings", ()), *params.get("out_shardings", ())))
+          and all(x is None for x in (*params.get("in_layouts", ()),
+                                       *params.get("out_layouts", ())))
+          and not params.get("compiler_options_kvs"))
+
 try:  # shard_map moved between modules over JAX versions.
   from jax._src.shard_map import shard_map_p  # noqa: E402
 except ImportError:  # pragma: no cover - other JAX versions

@@ -436,7 +436,8 @@ class InplaceJitted:
 
   def _sequenced(self, p, buffers, hints):
     return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
-                          erase_remat_barriers=self._erase_remat, hints=hints)
+                          erase_remat_barriers=self._erase_remat, hints=hints,
+                          inline_calls=hints.clone > 0)
 
   def _made(self, chosen: Candidate, plan, candidates, reason: str,
             threshold: int | None = None, notes=None) -> Signature:

@@ -3,6 +3,12 @@
 Each pass computes exactly the values its input computes. They put the jaxpr in the
 form the analysis and XLA handle best:
 
+0. `inline_calls` (the program `inplace_jax.jit` compiles only, in clone rounds):
+   `custom_jvp`, `custom_vjp` and `checkpoint` bodies are spliced into their
+   caller, as their lowering splices them, and nested `jit` bodies, as XLA
+   inlines their calls: the analysis then sees a read inside such a call and an
+   update after it as one program. A jaxpr that may still be differentiated keeps
+   them (their rules would be lost).
 1. `discharge_refs`: mutable refs created inside the function become values.
 2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
    ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
@@ -55,6 +61,14 @@ class PassContext:
   # Cheap results read by several equations are computed once per reader
   # (`clone_shared`, `Hints.clone`): 0 none, 1 elementwise ones, 2 data movement too.
   clone: int = 0
+  # Whether the jaxpr is only compiled, never differentiated (`inline_calls`).
+  inline_calls: bool = False
+
+
+def inline_calls(jaxpr, consts, ctx: PassContext):
+  if not ctx.inline_calls:
+    return jaxpr, consts
+  return _inlined(jaxpr, ctx.erase_remat_barriers, {}), consts
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
@@ -106,7 +120,7 @@ def clone_shared(jaxpr, consts, ctx: PassContext):
   return _cloned(jaxpr, ctx.clone, {}), consts
 
 
-PASSES = (discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
+PASSES = (inline_calls, discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
           merge_cond_operands, carry_scanned_buffers, distinct_fills,
           erase_remat_barriers, clone_shared)
 
@@ -166,6 +180,104 @@ def _params_with(params, transform: Callable) -> dict | None:
       new_params[key] = (type(val)(new_seq) if isinstance(val, (tuple, list))
                          else new_seq[0])
   return new_params
+
+
+def _inlined(jaxpr, erase_remat: bool, memo: dict):
+  """`jaxpr` with the calls `_call_body` splices spliced, at every depth."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  eqns: list = []
+  alias: dict = {}      # a spliced call's result -> the atom that holds it now
+  changed = False
+  for e in jaxpr.eqns:
+    new_params = _params_with(e.params, lambda j: _inlined(j, erase_remat, memo))
+    if new_params is not None:
+      e = e.replace(params=new_params)
+      changed = True
+    if alias and any(not C.is_literal(v) and v in alias for v in e.invars):
+      e = e.replace(invars=[_aliased(v, alias) for v in e.invars])
+    body = _call_body(e, erase_remat)
+    if body is None:
+      eqns.append(e)
+      continue
+    changed = True
+    eqns.extend(_spliced(body, e, alias))
+  out = jaxpr
+  if changed:
+    out = C.Jaxpr(jaxpr.constvars, jaxpr.invars,
+                  [_aliased(v, alias) for v in jaxpr.outvars], eqns, jaxpr.effects,
+                  jaxpr.debug_info)
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+def _aliased(v, alias: dict):
+  return v if C.is_literal(v) else alias.get(v, v)
+
+
+def _call_body(eqn, erase_remat: bool):
+  """The body of a call whose lowering splices it into the caller (a `custom_jvp`
+  or `custom_vjp` call's primal jaxpr; a `checkpoint` body where its lowering adds
+  no barrier) or that XLA inlines (a nested `jit` with no shardings, layouts or
+  options of its own), with the name the lowering gives it; else None. Calls with effects
+  or constants are left as they are."""
+  p = eqn.primitive
+  if p is C.custom_jvp_call_p or p is C.custom_vjp_call_p:
+    body, scope = eqn.params["call_jaxpr"], None
+  elif p is C.jit_p and C.plain_nested_jit(eqn.params):
+    body, scope = eqn.params["jaxpr"], f"jit({eqn.params['name']})"
+  elif p is C.remat_p and (erase_remat or not (eqn.params.get("differentiated")
+                                               and eqn.params.get("prevent_cse"))):
+    body, scope = eqn.params["jaxpr"], "checkpoint"
+  else:
+    return None
+  if isinstance(body, C.ClosedJaxpr):
+    if body.consts:
+      return None
+    body = body.jaxpr
+  if (eqn.effects or body.effects or body.constvars
+      or len(body.invars) != len(eqn.invars) or len(body.outvars) != len(eqn.outvars)):
+    return None
+  return body, scope
+
+
+def _spliced(call, eqn, alias: dict) -> list:
+  """The equations of `call` = (body, scope) in place of `eqn`: the body's inputs
+  are the call's operands, its results the call's results (`alias` learns those
+  that are no equation's result: an operand passed through, a literal, a repeat),
+  every other variable fresh; each equation named as the call's lowering names
+  it."""
+  body, scope = call
+  subst: dict = dict(zip(body.invars, eqn.invars, strict=True))
+  made = {v for e in body.eqns for v in e.outvars if not C.is_drop_var(v)}
+  bound: dict = {}
+  for outer, inner in zip(eqn.outvars, body.outvars, strict=True):
+    if C.is_drop_var(outer):
+      continue
+    if not C.is_literal(inner) and inner in made and inner not in bound:
+      bound[inner] = outer
+  prefix = eqn.source_info.name_stack
+  if scope is not None:
+    prefix = prefix.extend(scope)
+  out = []
+  for e in body.eqns:
+    outvars = []
+    for v in e.outvars:
+      w = v if C.is_drop_var(v) else bound.get(v) or C.new_var(v.aval)
+      subst[v] = w
+      outvars.append(w)
+    info = e.source_info.replace(name_stack=prefix + e.source_info.name_stack)
+    out.append(e.replace(invars=[v if C.is_literal(v) else subst[v] for v in e.invars],
+                         outvars=outvars, source_info=info))
+  for outer, inner in zip(eqn.outvars, body.outvars, strict=True):
+    if C.is_drop_var(outer):
+      continue
+    if C.is_literal(inner):
+      alias[outer] = inner
+    elif bound.get(inner) is not outer:
+      alias[outer] = subst[inner]
+  return out
 
 
 def _scalar_predicate(eqn) -> list:

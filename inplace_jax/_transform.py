@@ -35,7 +35,7 @@ from ._rules import is_big
 def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
                    in_loop: bool = False, boundary: bool = True,
                    erase_remat_barriers: bool = False, hints: Hints = Hints(),
-                   buffers: Sequence[bool] | None = None):
+                   buffers: Sequence[bool] | None = None, inline_calls: bool = False):
   """Sequences reads of donated buffers before their updates.
 
   Args:
@@ -57,6 +57,10 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     buffers: which donated inputs to sequence (default: all of them); the others
       are left exactly as they are. `donated` still says what JAX donates, which
       decides the outputs it aliases.
+    inline_calls: the result is only compiled, never differentiated: `custom_jvp`,
+      `custom_vjp` and `checkpoint` bodies are spliced into their callers, as
+      their lowering does, so that reads inside them and updates outside are
+      sequenced as one program (their derivative rules are dropped).
 
   Returns:
     `(new_closed_jaxpr, plan)`. The new jaxpr computes exactly the same values; the
@@ -93,7 +97,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     analyzer = Analyzer(hints)
     ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
                               erase_remat_barriers=erase_remat_barriers,
-                              analyze=analyzer, clone=hints.clone)
+                              analyze=analyzer, clone=hints.clone,
+                              inline_calls=inline_calls)
     jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
     # Donated buffers not to sequence are left exactly as they are.
     left = tuple(d and not b and hints.leave

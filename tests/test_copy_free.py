@@ -159,6 +159,50 @@ def step_plus_column_then_mean(x):
   return jnp.mean(x), x
 
 
+def _peek_fn(b):
+  return b, jnp.sum(b[0, 0])
+
+
+def _peek_jvp(primals, tangents):
+  return _peek_fn(*primals), _peek_fn(*tangents)
+
+
+_peek_custom_jvp = jax.custom_jvp(_peek_fn)
+_peek_custom_jvp.defjvp(_peek_jvp)
+_peek_custom_vjp = jax.custom_vjp(_peek_fn)
+_peek_custom_vjp.defvjp(lambda b: (_peek_fn(b), None), lambda _, g: (g[0],))
+
+
+def _read_in_call_then_scatter(peek):
+  def fn(x):
+    """A call reads an element of the buffer it passes through; a scatter after it
+    adds the element back (fuzz seed 4100 #623). The call's body was sequenced on
+    its own, and the scatter after it on its own; XLA inlines the call and copies
+    the buffer."""
+    x = x * 0.5 + 1.5
+    x, s = peek(x)
+    return x.at[27, jnp.array([2, 11, 7])].add(-s)
+  return fn
+
+
+def _gather_in_call_then_step(peek_rows):
+  def fn(x):
+    """A call gathers rows of the buffer it passes through, then an elementwise
+    step after it (fuzz seed 4100 #341)."""
+    x, m = peek_rows(x)
+    return x * 2 + 1, m
+  return fn
+
+
+def _rows_fn(b):
+  b = b.at[:, jnp.array([23])].add(0)
+  return b, jnp.max(b[jnp.array([0, 3, 6])])
+
+
+_rows_custom_jvp = jax.custom_jvp(_rows_fn)
+_rows_custom_jvp.defjvp(lambda p, t: (_rows_fn(*p), _rows_fn(*t)))
+
+
 def _normal(*shapes):
   return lambda: tuple(jnp.asarray(np.random.default_rng(k).normal(size=s), jnp.float32)
                        for k, s in enumerate(shapes))
@@ -187,6 +231,15 @@ CASES = {
         step_minus_row_then_mean, _normal((64, 128)), (0,), ()),
     "step_plus_column_then_mean": (
         step_plus_column_then_mean, _normal((16, 32)), (0,), ()),
+    "read_in_custom_jvp_then_scatter": (
+        _read_in_call_then_scatter(_peek_custom_jvp), _normal((32, 24)), (0,), ()),
+    "read_in_custom_vjp_then_scatter": (
+        _read_in_call_then_scatter(_peek_custom_vjp), _normal((32, 24)), (0,), ()),
+    "read_in_checkpoint_then_scatter": (
+        _read_in_call_then_scatter(jax.checkpoint(_peek_fn)), _normal((32, 24)), (0,),
+        ()),
+    "gather_in_custom_jvp_then_step": (
+        _gather_in_call_then_step(_rows_custom_jvp), _normal((24, 33)), (0,), ()),
     "step_reading_the_buffer_then_row_set": (
         step_reading_the_buffer_then_row_set, lambda: (_x(), _x(1)), (0, 1), ()),
     "clip_to_column": (clip_to_column, lambda: (_x(), jnp.int32(5)), (0,), ()),

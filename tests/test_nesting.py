@@ -151,3 +151,40 @@ def test_jit_api_attributes():
 
   with pytest.raises(TypeError):
     Model().apply(_x())      # `self` is not a JAX type, as with jax.jit
+
+
+
+def _peek_body(b):
+  return b, jnp.sum(b[0, 0])
+
+
+_peek = jax.custom_jvp(_peek_body)
+# Not the true derivative, on purpose: a rule dropped would change the gradient.
+_peek.defjvp(lambda p, t: (_peek_body(*p), (t[0] * 3.0, jnp.sum(t[0][0, 0]) * 5.0)))
+
+
+def _peek_then_scatter(x, peek=_peek):
+  x = x * 0.5 + 1.5
+  x, s = peek(x)
+  return x.at[27, jnp.array([2, 11, 7])].add(-s)
+
+
+def _loss(step):
+  return lambda x: jnp.sum(step(x) ** 2)
+
+
+@pytest.mark.parametrize("outer", ["grad", "jit_grad", "jvp"])
+def test_custom_rules_kept_where_differentiated(outer):
+  """The compiled program splices `custom_jvp` bodies into their callers
+  (`_passes.inline_calls`); differentiated, the custom rule still applies."""
+  ours = inplace_jax.jit(_peek_then_scatter)
+  plain = jax.jit(_peek_then_scatter)
+  wrap = {"grad": lambda s: jax.grad(_loss(s)),
+          "jit_grad": lambda s: jax.jit(jax.grad(_loss(s))),
+          "jvp": lambda s: lambda x: jax.jvp(s, (x,), (jnp.ones_like(x),))}[outer]
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", inplace_jax.InplaceNestingWarning)
+    assert_tree_equal(wrap(plain)(_x()), wrap(ours)(_x()))
+  # The rule is not the true derivative: without it the gradient differs.
+  true = jax.grad(_loss(lambda x: _peek_then_scatter(x, _peek_body)))(_x())
+  assert not np.array_equal(np.asarray(true), np.asarray(jax.grad(_loss(ours))(_x())))
