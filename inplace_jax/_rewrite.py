@@ -174,8 +174,9 @@ def reads_across_barrier(jaxpr) -> bool:
 
 
 def _fused_from(w, x, jaxpr, producer) -> bool:
-  """Whether `w` is `x` or computed from it by operations XLA may fuse (no
-  barrier, loop, call or dot on the way)."""
+  """Whether `w` is `x` or computed from it by operations XLA fuses into a loop
+  (elementwise, data movement, slicing, predicates: no barrier, reduction, update,
+  dot, loop or call on the way)."""
   stack, seen = [w], set()
   while stack:
     v = stack.pop()
@@ -186,11 +187,16 @@ def _fused_from(w, x, jaxpr, producer) -> bool:
       continue
     seen.add(v)
     e = jaxpr.eqns[k]
-    if (e.primitive is C.optimization_barrier_p or e.primitive in _UNFUSED
-        or next(iter(C.sub_jaxprs(e.params)), None) is not None):
+    if e.primitive is C.optimization_barrier_p or \
+        not _traits.any_of(e.primitive, _LOOP_FUSED) or \
+        _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.UPDATE):
       continue
     stack.extend(u for u in e.invars if not C.is_literal(u))
   return False
 
 
 _UNFUSED = frozenset({C.dot_general_p})
+# What XLA fuses into an elementwise loop that reads its operand at other indices
+# than it writes (a reduction's or an update's result is materialised first).
+_LOOP_FUSED = (_traits.Trait.ELEMENTWISE | _traits.Trait.DATA_MOVEMENT
+               | _traits.Trait.SLICING | _traits.Trait.PREDICATE)
