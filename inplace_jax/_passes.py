@@ -120,8 +120,8 @@ def clone_shared(jaxpr, consts, ctx: PassContext):
   return _cloned(jaxpr, ctx.clone, {}), consts
 
 
-PASSES = (inline_calls, discharge_refs, dead_code, predicate_batched_loops, pick_given_outputs,
-          merge_cond_operands, carry_scanned_buffers, distinct_fills,
+PASSES = (inline_calls, discharge_refs, dead_code, predicate_batched_loops,
+          pick_given_outputs, merge_cond_operands, carry_scanned_buffers, distinct_fills,
           erase_remat_barriers, clone_shared)
 
 
@@ -220,8 +220,8 @@ def _call_body(eqn, erase_remat: bool):
   """The body of a call whose lowering splices it into the caller (a `custom_jvp`
   or `custom_vjp` call's primal jaxpr; a `checkpoint` body where its lowering adds
   no barrier) or that XLA inlines (a nested `jit` with no shardings, layouts or
-  options of its own), with the name the lowering gives it; else None. Calls with effects
-  or constants are left as they are."""
+  options of its own), with the name the lowering gives it; else None. Calls with
+  effects or constants are left as they are."""
   p = eqn.primitive
   if p is C.custom_jvp_call_p or p is C.custom_vjp_call_p:
     body, scope = eqn.params["call_jaxpr"], None

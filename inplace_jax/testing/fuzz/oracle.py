@@ -45,7 +45,7 @@ from inplace_jax import _compat
 from inplace_jax._check import check_compiled
 from inplace_jax._equal import tree_difference
 from inplace_jax._harness import compare
-from inplace_jax._jit import compiler_options
+from inplace_jax._jit import _bytes, compiler_options
 
 from .program import Buf, Program, build
 
@@ -224,8 +224,8 @@ def _rounds(cmp) -> tuple:
   if not sigs:
     return ()
   sig = sigs[-1]
-  return tuple([c.clone, sum(x.nbytes for x in c.report.buffer_copies(ORACLE_MIN_BYTES)),
-                len(c.changed), c is sig.chosen] for c in sig.candidates)
+  return tuple([c.clone, _bytes(c, ORACLE_MIN_BYTES)[0], len(c.changed), c is sig.chosen]
+               for c in sig.candidates)
 
 
 def _no_in_place_updates(bufs: Sequence[Buf]) -> bool:
