@@ -45,7 +45,7 @@ from . import _llvm
 from . import _rewrite
 from ._check import CopiesFoundError, check_compiled, inspect_compiled
 from ._report import CopyReport, Finding
-from ._transform import sequence_jaxpr
+from ._transform import _sequence_jaxpr, sequence_jaxpr
 
 OnCopy = Literal["warn", "raise", "ignore"]
 ON_COPY = ("warn", "raise", "ignore")
@@ -238,8 +238,6 @@ class InplaceJitted:
     if hit is None or hit[0]() is not jaxpr:
       new, _ = sequence_jaxpr(jaxpr, C.params_donated(p), boundary=False,
                               erase_remat_barriers=self._erase_remat)
-      if _rewrite.reads_across_barrier(new.jaxpr):
-        new = jaxpr
       self._nested[id(jaxpr)] = (weakref.ref(jaxpr), new)
       hit = self._nested[id(jaxpr)]
     self._warn_if_erased()
@@ -435,9 +433,9 @@ class InplaceJitted:
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
-    return sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
-                          erase_remat_barriers=self._erase_remat, hints=hints,
-                          inline_calls=hints.clone > 0)
+    return _sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
+                           erase_remat_barriers=self._erase_remat, hints=hints,
+                           inline_calls=hints.clone > 0)
 
   def _made(self, chosen: Candidate, plan, candidates, reason: str,
             threshold: int | None = None, notes=None) -> Signature:

@@ -164,11 +164,16 @@ class Plan:
   # Normalisation passes that restructured the jaxpr for in-place updates (as
   # opposed to cleaning it up), e.g. "predicate_batched_loops".
   restructured: tuple[str, ...] = ()
+  # Why the rewritten jaxpr was withheld and the input returned unchanged
+  # (`sequence_jaxpr`); empty when it was returned.
+  refused: str = ""
 
   @property
   def changed(self) -> bool:
     """Whether the rewrite would produce anything but the normalised jaxpr, or the
     normalisation restructured it."""
+    if self.refused:
+      return False
     return bool(self.barriers or self.splits or self.moved or self.restructured or
                 any(i.changed for i in self.infos))
 
@@ -217,6 +222,8 @@ class Plan:
              f"conditional(s) lowered to loops"
              + (f", {s['predicated_loops']} batched loop(s) predicated"
                 if s["predicated_loops"] else "")]
+    if self.refused:
+      lines = [f"Plan: not applied ({self.refused}); the input is returned unchanged"]
     for c in self.all_conflicts():
       lines.append(f"  conflict ({c.kind}): {c}")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ import jax
 
 from . import _compat as C
 from . import _passes
+from . import _rewrite
 from ._analysis import Analyzer, dce
 from ._errors import InplaceNestingWarning, user_stacklevel
 from ._plan import Conflict, FindingKind, Hints, Plan
@@ -65,7 +66,11 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   Returns:
     `(new_closed_jaxpr, plan)`. The new jaxpr computes exactly the same values; the
     plan says what was done and which copies no ordering can remove
-    (`plan.all_conflicts()`).
+    (`plan.all_conflicts()`). A rewrite that XLA:CPU would miscompile where
+    barriers are kept (an update after a barrier that also reads, through
+    operations fused into it, the buffer's value from before the barrier; see
+    docs/xla_notes.md) is withheld: the input is returned unchanged and
+    `plan.refused` says why.
 
   Examples:
     >>> import jax, inplace_jax
@@ -77,6 +82,25 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     >>> print(plan.stats()["barriers"])
     1
   """
+  new, plan = _sequence_jaxpr(closed_jaxpr, donated, in_loop=in_loop, boundary=boundary,
+                              erase_remat_barriers=erase_remat_barriers, hints=hints,
+                              buffers=buffers, inline_calls=inline_calls)
+  jaxpr = closed_jaxpr.jaxpr if isinstance(closed_jaxpr, C.ClosedJaxpr) else closed_jaxpr
+  if _rewrite.reads_across_barrier(new.jaxpr) and \
+      not _rewrite.reads_across_barrier(jaxpr):
+    consts = closed_jaxpr.consts if isinstance(closed_jaxpr, C.ClosedJaxpr) else []
+    return C.ClosedJaxpr(jaxpr, consts), dataclasses.replace(
+        plan, refused="an update after a barrier would read the buffer's value from "
+        "before it, which XLA:CPU miscompiles where barriers are kept")
+  return new, plan
+
+
+def _sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
+                    in_loop: bool = False, boundary: bool = True,
+                    erase_remat_barriers: bool = False, hints: Hints = Hints(),
+                    buffers: Sequence[bool] | None = None, inline_calls: bool = False):
+  """`sequence_jaxpr` without its last check: `inplace_jax.jit` checks each
+  candidate itself and compiles none it refuses."""
   if isinstance(closed_jaxpr, C.ClosedJaxpr):
     jaxpr, consts = closed_jaxpr.jaxpr, closed_jaxpr.consts
   else:

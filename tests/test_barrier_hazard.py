@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from inplace_jax import _compat as C
 from inplace_jax import _rewrite
 from conftest import ON_CPU
 
@@ -57,3 +58,28 @@ def test_hazard_is_miscompiled_where_barriers_are_kept():
   kept_tied = jax.jit(_tied_row).lower(_x()).compile(
       compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
   np.testing.assert_array_equal(np.asarray(kept_tied(_x())), ref_tied)
+
+
+def test_public_sequence_jaxpr_withholds_the_hazard():
+  """`sequence_jaxpr`'s output may be compiled with barriers kept
+  (`inplace_jax.compiler_options()`): a rewrite in the miscompiled form is
+  withheld. A clone round's hints give that form on the pinned fuzz program."""
+  from fuzz_regressions_programs import fused_add_under_update_root
+  import inplace_jax
+  from inplace_jax import _plan
+  b0, b1 = _x(), _x()[::-1] * 0.5
+  cj = jax.make_jaxpr(fused_add_under_update_root)(b0, b1)
+  hints = _plan.Hints(clone=1)
+  raw, _ = inplace_jax._transform._sequence_jaxpr(cj, hints=hints, inline_calls=True)
+  assert _rewrite.reads_across_barrier(raw.jaxpr)     # the form is produced ...
+  new, plan = inplace_jax.sequence_jaxpr(cj, hints=hints, inline_calls=True)
+  assert plan.refused and not plan.changed and "not applied" in str(plan)
+  assert new.jaxpr is cj.jaxpr                        # ... and withheld
+  ref = jax.jit(fused_add_under_update_root)(b0, b1)
+  out = jax.jit(C.jaxpr_as_fun(new)).lower(b0, b1).compile(
+      compiler_options=inplace_jax.compiler_options())(b0, b1)
+  for a, b in zip(jax.tree_util.tree_leaves(ref), out, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # Without the hazard the rewrite is returned.
+  new, plan = inplace_jax.sequence_jaxpr(cj)
+  assert not plan.refused and plan.changed and new.jaxpr is not cj.jaxpr
