@@ -483,6 +483,15 @@ def tie_reads(st: _State) -> None:
       _add_pre_barrier(st, u, v, read_vars, tied, region, split)
 
 
+def _tied_into(st: _State, u: int) -> bool:
+  """Whether an earlier compile copied a buffer for update `u` without naming a
+  read (`Hints.tie_into`): its reads are all tied before it, and it is not split
+  (a split scatter becomes a select of the update and the old buffer, which XLA
+  computes in another buffer and copies in; fuzz seed 4100 #5073)."""
+  return bool(st.hints.tie_into) and \
+      (source_key(st.g.eqns[u]) or ())[:2] in st.hints.tie_into
+
+
 def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   """Whether update `u` of `v` is split into read, barrier, write.
 
@@ -501,6 +510,7 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   p = g.producer.get(v)
   made_weakly = p is not None and _made_by(st, p, v, strong=False)
   return (st.infos[u].splittable and not st.in_loop and not st.manual
+          and not _tied_into(st, u)
           and use.operand == 0 and not _rules.normalised_float(v.aval)
           and not made_weakly
           and (ueqn.primitive not in _updates.ADDITIVE or (X.additive_source_safe(
@@ -547,6 +557,10 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
     if st.hints.tie:
       # Reads XLA did not order by itself in an earlier compile are tied anyway.
       private = {k for k in private if source_key(g.eqns[k]) not in st.hints.tie}
+    if _tied_into(st, u):
+      # An earlier compile copied for this update without naming a read: its
+      # own reads are tied too.
+      private = set()
     tied = [r for r in reads if r not in private]
     st.after_pre.setdefault(u, set()).update(r for r in reads if r in private)
   safe = []
@@ -962,7 +976,9 @@ def post_update_barriers(st: _State) -> None:
       v = g.eqns[k].invars[use.operand]
       if C.is_drop_var(out) or v not in st.successor or st.successor[v][0] != k:
         continue
-      if not (info.forwards_reads or not use.strong):
+      # In a refinement round (`Hints.materialise`): every update of the buffer.
+      into = st.hints.materialise or _tied_into(st, k)
+      if not (info.forwards_reads or not use.strong or into):
         continue
       if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]):
         continue
@@ -989,6 +1005,11 @@ def post_update_barriers(st: _State) -> None:
              and source_key(g.eqns[k]) in st.hints.tie
              and any((c, pos) != cont for c, pos in g.uses(out)))
       has_reads = has_reads or dup
+      # In a refinement round: the new value was computed in another buffer and
+      # copied in. Each update materialised, XLA writes each in place (fuzz seed
+      # 4100 #5073: a fusion of a row add, a whole-buffer op and a row set does
+      # not run in place; with a barrier after the row add, it does).
+      has_reads = has_reads or into
       # In a refinement round: an update followed by an elementwise one. Fused
       # together, XLA writes the result to a new buffer (the elementwise op reads
       # elements the update moved) and copies it into the donated one; with the
@@ -999,7 +1020,7 @@ def post_update_barriers(st: _State) -> None:
       # transcendentals those reads feed (a sum of a slice of the new version
       # changed in the fuzzer): values first, XLA may copy instead. Unless a read
       # was tied through this update (see `_frontier_step`).
-      if has_reads and (k in st.forced_post or dup or not st.sensitive(out)
+      if has_reads and (k in st.forced_post or dup or into or not st.sensitive(out)
                         or (st.hints.through_updates and _moved_to_sensitive(st, out))):
         st.post_versions.setdefault(k, []).append(out)
 

@@ -393,7 +393,9 @@ class InplaceJitted:
     then keeps jax.jit's form while the update recomputes the chain after the
     barrier (`_passes.clone_shared`). Where copies still remain, and the first
     clone round needed one compile only, another clones slices, reshapes and
-    broadcasts too: `CLONE_COMPILES` compiles in all."""
+    broadcasts too: `CLONE_COMPILES` compiles in all. Where copies still remain
+    and some candidate's copy names no read to tie, one more compile
+    materialises each update (`Hints.materialise`)."""
     candidates, plans, seen = [plain], [], []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     best, best_plan = plain, None
@@ -430,6 +432,15 @@ class InplaceJitted:
         break
       run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                       clone=level), start + CLONE_COMPILES - 1)
+    # Copies that name no read to tie (the new value computed in another buffer
+    # and copied in): one more compile with each update materialised and the
+    # named updates' own reads tied (`Hints.materialise`). A round of its own, so
+    # that it adds a candidate and changes none of the others.
+    writers = frozenset().union(*(_unnamed_writers(c.report, threshold)
+                                  for c in candidates if c.report.verified))
+    if best.report.verified and _bytes(best, threshold)[0] and writers:
+      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
+                      tie_into=writers, materialise=True), len(candidates))
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
@@ -812,6 +823,14 @@ def _reader_keys(report: CopyReport, min_bytes: int) -> frozenset:
       if a.op and a.location is not None:
         keys.add((a.location.file, a.location.line, a.op))
   return frozenset(keys)
+
+
+def _unnamed_writers(report: CopyReport, min_bytes: int) -> frozenset:
+  """(file, line) of the updates behind the buffer copies that name no read."""
+  return frozenset((c.writer.location.file, c.writer.location.line)
+                   for c in report.buffer_copies(min_bytes)
+                   if not c.readers and c.writer is not None
+                   and c.writer.location is not None)
 
 
 def _check_duplicates(spec, name: str) -> None:

@@ -61,6 +61,15 @@ class Hints:
   # computes them in each reader's fusion (`_passes.clone_shared`): 0 none, 1
   # elementwise ones, 2 data movement too. A clone round's hint (`inplace_jax.jit`).
   clone: int = 0
+  # Updates, by (file, line), behind a buffer copy whose reads the compiled
+  # program does not name (the new value computed in another buffer and copied
+  # in, or the old value kept for "a later use"): the reads that only feed such
+  # an update, which data alone would order, are tied before it too.
+  tie_into: frozenset[tuple[str, int]] = frozenset()
+  # Each update of a sequenced buffer materialised (a barrier after it): an
+  # earlier compile computed a buffer's new value in another buffer and copied it
+  # in, which a fusion of several updates that cannot run in place causes.
+  materialise: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

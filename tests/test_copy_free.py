@@ -208,6 +208,31 @@ def _normal(*shapes):
                        for k, s in enumerate(shapes))
 
 
+def _ints(shape=(16, 32), k=0):
+  return lambda: (jnp.asarray(np.random.default_rng(k).integers(-50, 50, size=shape),
+                              jnp.int32),)
+
+
+def row_add_step_then_column_add(x):
+  """Fuzz seed 4100 #5073, by hand. XLA fuses the row add, the whole-buffer step
+  and the column add into kernels that do not run in place: the new value is
+  computed in another buffer and copied into the donated one, and the copy names
+  no read to tie. A refinement round materialises each update (`Hints.materialise`)
+  and ties the column add's own reads (`Hints.tie_into`)."""
+  x = x.at[13].add(-2)
+  x = x * 2 + 1
+  return x.at[:, 11].add(x[5, :16])
+
+
+def row_add_step_row_set_then_window_add(x):
+  """The same with a row set and a dynamically placed window read (#5073 whole)."""
+  x = x.at[13:14].add(-2)
+  x = x * 2 + 1
+  x = x.at[6:8].set(7)
+  v = lax.dynamic_slice(x, (jnp.argmin(x[:, 12]) % 5 + 5, 4), (12, 29))
+  return x.at[:, 11].add(jnp.resize(v, (16,)) * 2 + 1)
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -251,6 +276,9 @@ CASES = {
                               (0,), ()),
     "gauss_seidel_with_change": (gauss_seidel_with_change, lambda: (_x(), _x(1)),
                                  (0,), ()),
+    "row_add_step_then_column_add": (row_add_step_then_column_add, _ints(), (0,), ()),
+    "row_add_step_row_set_then_window_add": (
+        row_add_step_row_set_then_window_add, _ints(k=1), (0,), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},
