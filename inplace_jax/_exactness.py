@@ -124,10 +124,22 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False) -
   returned = var in outvars
   if returned and inlined:
     return True
-  users = {k for k, _ in consumers.get(var, ())}
+  users = {_computation(eqns[k]) for k, _ in consumers.get(var, ())}
   if len(users) > 1 or (users and returned):
     return False
   return _added(var, eqns, consumers, 0, direct=True)
+
+
+def _computation(eqn) -> tuple:
+  """What `eqn` computes, equal for equations XLA's CSE merges into one: the same
+  primitive and parameters on the same operands. The clone round
+  (`_passes.clone_shared`) writes such copies, one per reader, and so do users; a
+  scatter's result added to a row in three cloned adds has one user to XLA (fuzz
+  seed 4300 #3442: counted as three, the scatter-add was split, and the add XLA
+  moves in front of it under jax.jit ran after it, 1 ulp off)."""
+  ins = tuple(("literal", repr(v.val)) if C.is_literal(v) else id(v) for v in eqn.invars)
+  params = tuple(sorted((k, id(v)) for k, v in eqn.params.items()))
+  return eqn.primitive, ins, params
 
 
 # Chains XLA's simplifier folds constants along: `(A + C1) + C2` becomes

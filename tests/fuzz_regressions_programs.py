@@ -1059,7 +1059,10 @@ def row_add_then_scaled_row_added_clone_round(b0, b1, b2):
   b0, up to 9.5e-7 (1 ulp). The first clone round's candidate (3,072 buffer bytes
   where jax.jit copies 6,144) computes `b0[13] - v1 + b1[48] * -0.5` with another
   rounding than jax.jit's program, and neither the fingerprint nor the kernels' IR
-  comparison told them apart. Open: a strict xfail until it is fixed."""
+  comparison told them apart. Cause: XLA moves `+ b1[48] * -0.5` in front of the row
+  add under jax.jit (`_exactness.reassociated`); the clone round had written that add
+  three times (one per reader), counted as three users, so the row add was split and
+  the add ran after it. Fixed: users XLA's CSE merges count as one."""
   v1 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 5 - 2) * 0.125)(b0)
   b1 = b1.at[37:61, 2:10].add(v1[0:24, 0:8])
   b0 = b0.at[13].add(-jnp.resize(v1, (32,)))
@@ -1178,7 +1181,5 @@ REGRESSIONS = [
           data="special", data_seed=692057884),
     _case(row_add_then_scaled_row_added_clone_round,
           f32("b0", 24, 32), f32("b1", 64, 32), Buf("b2", (16, 24), "int32"),
-          data="normal", data_seed=77206011,
-          known_failure="seed 4300 #3442: a clone-round candidate rounds row 13 "
-                        "differently (1 ulp), not caught; open"),
+          data="normal", data_seed=77206011),
 ]
