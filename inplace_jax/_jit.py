@@ -122,6 +122,8 @@ class Candidate:
   # The clone level of the round that compiled it (`_plan.Hints.clone`): 0 for
   # jax.jit's program and the first rounds' candidates.
   clone: int = 0
+  # Whether the materialising round compiled it (`_plan.Hints.materialise`).
+  materialised: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +416,8 @@ class InplaceJitted:
           seen.append(text)
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
-                                     clone=hints.clone)
+                                     clone=hints.clone,
+                                     materialised=hints.materialise)
           candidates.append(last)
           if _improves(last, best, plain, threshold):
             best, best_plan = last, plan

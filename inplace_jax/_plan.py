@@ -225,14 +225,15 @@ class Plan:
     return counts
 
   def __str__(self) -> str:
-    s = self.stats()
-    lines = [f"Plan: {s['barriers']} barrier(s), {s['splits']} read-modify-write "
-             f"split(s), {s['moved']} read(s) moved, {s['lowered_conds']} "
-             f"conditional(s) lowered to loops"
-             + (f", {s['predicated_loops']} batched loop(s) predicated"
-                if s["predicated_loops"] else "")]
     if self.refused:
       lines = [f"Plan: not applied ({self.refused}); the input is returned unchanged"]
+    else:
+      s = self.stats()
+      lines = [f"Plan: {s['barriers']} barrier(s), {s['splits']} read-modify-write "
+               f"split(s), {s['moved']} read(s) moved, {s['lowered_conds']} "
+               f"conditional(s) lowered to loops"
+               + (f", {s['predicated_loops']} batched loop(s) predicated"
+                  if s["predicated_loops"] else "")]
     for c in self.all_conflicts():
       lines.append(f"  conflict ({c.kind}): {c}")
     return "\n".join(lines)

@@ -308,6 +308,21 @@ def test_copy_free_and_exact(name):
   assert r.report.buffer_copies(full) == (), r.report
 
 
+@pytest.mark.parametrize("name", ["row_add_step_then_column_add",
+                                  "row_add_step_row_set_then_window_add"])
+def test_materialising_round_is_the_one_that_runs(name):
+  # Only the materialising round removes these copies: the candidate that runs is
+  # its, the last one compiled, and the others are not labelled as it.
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  fn, make_args, donate, static = CASES[name]
+  r = compare(fn, *make_args(), donate_argnums=donate, static_argnums=static)
+  sig = r.fn.signatures[-1]
+  assert sig.chosen is sig.candidates[-1] and sig.chosen.materialised, sig.candidates
+  assert not any(c.materialised for c in sig.candidates[:-1]), sig.candidates
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
 def test_copy_into_buffer_names_the_reads_behind_it():
   # jax.jit computes the `where` in another buffer and copies it into the donated
   # one; the cause names the read of the column that keeps XLA from writing over it.

@@ -114,7 +114,8 @@ class Outcome:
   certificate: str = ""                 # what `certify` found
   # Every program inplace_jax.jit compiled to decide, in order (jax.jit's first):
   # [clone level, buffer copy bytes (>= 1 KiB), operations computed differently,
-  # whether it runs]. How many compiles each program costs, and what each round won.
+  # whether it runs, whether the materialising round compiled it]. How many
+  # compiles each program costs, and what each round won.
   rounds: tuple = ()
 
   @property
@@ -224,8 +225,8 @@ def _rounds(cmp) -> tuple:
   if not sigs:
     return ()
   sig = sigs[-1]
-  return tuple([c.clone, _bytes(c, ORACLE_MIN_BYTES)[0], len(c.changed), c is sig.chosen]
-               for c in sig.candidates)
+  return tuple([c.clone, _bytes(c, ORACLE_MIN_BYTES)[0], len(c.changed), c is sig.chosen,
+                c.materialised] for c in sig.candidates)
 
 
 def _no_in_place_updates(bufs: Sequence[Buf]) -> bool:
