@@ -287,11 +287,12 @@ CASES = {
 }
 
 
-# The Gauss-Seidel sweep's copy-free program computes `0.5 * (b[i] - 0.1 * x[j])`
-# in another fused expression, which XLA:CPU may contract differently: the copy is
-# kept and explained (since the fingerprint lists each fused multiply-add's whole
-# expression, docs/xla_notes.md).
-KEPT_FOR_ARITHMETIC = {"gauss_seidel_with_change"}
+# Programs whose copy-free program would compute some operation differently (the
+# copy kept and explained). None at present: the Gauss-Seidel sweep was listed
+# here (its multiply-add `0.5 * (b[i] - 0.1 * x[j])` in another fused expression)
+# until the kernels' IR settled it; `assert_kept_for_arithmetic` now fails where no
+# copy is kept, and it showed the sweep copy-free and exact.
+KEPT_FOR_ARITHMETIC: set[str] = set()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
