@@ -456,7 +456,8 @@ class InplaceJitted:
     threshold = self.min_bytes if threshold is None else threshold
     if notes is None:
       notes = plan.all_conflicts() if plan is not None else ()
-    report = _explained(chosen.report, _unique(notes), candidates, threshold)
+    report = _explained(dataclasses.replace(chosen.report, program=chosen.program),
+                        _unique(notes), candidates, threshold)
     report = _in_ref_terms(report, self._ref_sites, threshold)
     report = dataclasses.replace(report, program=chosen.program, decision=reason)
     # Only the executable that runs is kept; the others', and every IR, are freed.
@@ -777,8 +778,17 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
   copies = report.buffer_copies(threshold)
   if not copies:
     return report
-  changed = [o for c in candidates for o in c.changed
-             if not isinstance(o, str) or o == _llvm.CONTRACTIONS]
+
+  def ops(cands) -> str:
+    return "; ".join(sorted({str(o) for k in cands for o in k.changed
+                             if not isinstance(o, str) or o == _llvm.CONTRACTIONS})[:3])
+
+  def of(r: CopyReport, buffer) -> int:
+    return sum(c.nbytes for c in r.buffer_copies(threshold) if c.buffer_parameter == buffer)
+
+  changed = [k for k in candidates if ops((k,))]
+  runs = ("jax.jit's program runs" if report.program != "sequenced"
+          else "a sequenced program that keeps this copy runs")
   donated: dict[int | None, str] = {
       d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
       for d in report.donations if d.parameter is not None}
@@ -793,9 +803,16 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
     # One sentence once: conflicts that differ only in the read's line say the same.
     extra = list(dict.fromkeys(k.message for k in notes))
     if changed and not notes:
-      ops = "; ".join(sorted({str(o) for o in changed})[:3])
-      extra.append(f"the sequenced program that removes it computes {ops} "
-                   "differently from jax.jit, so jax.jit's program runs")
+      # Only a candidate that copies less of this buffer is the reason it stays.
+      mine = of(report, c.buffer_parameter)
+      fewer = [k for k in changed if k.report.verified
+               and of(k.report, c.buffer_parameter) < mine]
+      if fewer:
+        extra.append(f"the sequenced program that copies less of {c.buffer} computes "
+                     f"{ops(fewer)} differently from jax.jit, so {runs}")
+      elif not c.cause:
+        extra.append(f"no sequenced program tried copies less of {c.buffer} (those "
+                     f"that compute {ops(changed)} differently from jax.jit neither)")
     cause = "; ".join(([c.cause] if c.cause else []) + extra) or None
     out.append(dataclasses.replace(c, cause=cause))
   report = dataclasses.replace(report, copies=tuple(out))
