@@ -671,8 +671,12 @@ def _why(best: Candidate, plain: Candidate, candidates, min_bytes: int) -> str:
             f"{pb:,}")
   tried = [c for c in candidates if c is not plain]
   if not tried:
-    return ("nothing was sequenced: no tie that keeps jax.jit's arithmetic applies "
-            "(see the copies' causes); jax.jit's program runs")
+    # Not "because of arithmetic": a plan can also find nothing to tie (an old
+    # value returned, bfloat16 updates, a donation JAX pairs with another output),
+    # or only a program XLA would miscompile (`_rewrite.reads_across_barrier`).
+    return ("nothing was sequenced: the analysis found no tie to place that keeps "
+            "jax.jit's values and arithmetic and would remove a copy (see the copies' "
+            "causes); jax.jit's program runs")
   exact = [c for c in tried if not c.changed]
   if not exact:
     return ("every sequenced program computes some operation differently from "
