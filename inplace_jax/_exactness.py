@@ -124,22 +124,63 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False) -
   returned = var in outvars
   if returned and inlined:
     return True
-  users = {_computation(eqns[k]) for k, _ in consumers.get(var, ())}
+  users = {_computation(eqns[k], eqns) for k, _ in consumers.get(var, ())}
   if len(users) > 1 or (users and returned):
     return False
   return _added(var, eqns, consumers, 0, direct=True)
 
 
-def _computation(eqn) -> tuple:
+def _computation(eqn, eqns) -> int:
   """What `eqn` computes, equal for equations XLA's CSE merges into one: the same
-  primitive and parameters on the same operands. The clone round
-  (`_passes.clone_shared`) writes such copies, one per reader, and so do users; a
-  scatter's result added to a row in three cloned adds has one user to XLA (fuzz
-  seed 4300 #3442: counted as three, the scatter-add was split, and the add XLA
-  moves in front of it under jax.jit ran after it, 1 ulp off)."""
-  ins = tuple(("literal", repr(v.val)) if C.is_literal(v) else id(v) for v in eqn.invars)
-  params = tuple(sorted((k, id(v)) for k, v in eqn.params.items()))
-  return eqn.primitive, ins, params
+  primitive and parameters on operands that are the same or themselves merged.
+  The clone round (`_passes.clone_shared`) writes such copies, one per reader, and
+  so do users. A scatter's result added to a row in three cloned adds has one user
+  to XLA (fuzz seed 4300 #3442: counted as three, the scatter-add was split, and
+  the add XLA moves in front of it under jax.jit ran after it, 1 ulp off); so do
+  two adds of it whose other operands are clones of one product (seed 4400
+  #2309: `b + v * -0.01` cloned with its product, a barrier after the scatter)."""
+  return _numbering(eqns)[1][id(eqn)]
+
+
+# (eqns, (value number per var, computation per equation id)), for the last lists
+# numbered: one analysis asks about one jaxpr many times.
+_NUMBERINGS: list = []
+
+
+def _numbering(eqns) -> tuple[dict, dict]:
+  for held, out in _NUMBERINGS:
+    if held is eqns:
+      return out
+  table: dict = {}
+  vn: dict = {}
+  of_eqn: dict = {}
+
+  def num(v):
+    if C.is_literal(v):
+      return ("literal", repr(v.val), str(v.aval))
+    return vn.get(v, ("input", id(v)))
+
+  def param(v):
+    try:
+      hash(v)
+      return v
+    except TypeError:
+      return ("object", id(v))
+
+  for e in eqns:
+    key = (e.primitive, tuple(num(x) for x in e.invars),
+           tuple(sorted((k, param(v)) for k, v in e.params.items())))
+    try:
+      n = table.setdefault(key, len(table))
+    except TypeError:          # a parameter whose hash raised late: never merged
+      n = table.setdefault(("eqn", id(e)), len(table))
+    of_eqn[id(e)] = n
+    for i, o in enumerate(e.outvars):
+      vn[o] = ("value", n, i)
+  out = (vn, of_eqn)
+  _NUMBERINGS.insert(0, (eqns, out))
+  del _NUMBERINGS[4:]
+  return out
 
 
 # Chains XLA's simplifier folds constants along: `(A + C1) + C2` becomes

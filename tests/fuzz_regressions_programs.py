@@ -1076,6 +1076,24 @@ def row_add_then_scaled_row_added_clone_round(b0, b1, b2):
   return (b0, b1, b2,)
 
 
+
+def window_add_then_scaled_resize_added_cloned(b0):
+  """Long run seed 4400 #2309, commit 7972d00. Oracle: inexact, 45 of 576 elements
+  of the first window add's columns, up to 9.5e-7 (1 ulp), integer data. XLA
+  moves `+ v4 * -0.01` in front of the window's scatter-add under jax.jit
+  (`_exactness.reassociated`); the clone round wrote that add twice with its
+  product cloned too (`b + m1`, `b + m2`, `m1` and `m2` copies of one product),
+  counted as two users, and a barrier after the scatter-add kept the written
+  order. Fixed: users are compared by value numbering, as XLA's CSE merges them."""
+  v2 = lax.dynamic_slice(b0, (jnp.argmin(b0[:, 7]) % 17, jnp.argmin(b0[:, 21]) % 15), (8, 10))
+  v3 = jnp.einsum('ij,jk->ik', b0, (jnp.arange(192, dtype=jnp.float32).reshape(24, 8) % 3 - 1) * 0.125)
+  b0 = b0.at[0:24, 6:14].add(v3[0:24, 0:8])
+  v4 = jnp.resize(v2, (24, 24))
+  b0 = b0 + v4 * -0.01
+  v6 = jax.vmap(lambda r: r @ (jnp.arange(96, dtype=jnp.float32).reshape(24, 4) % 7 - 3) * 0.125)(b0)
+  b0 = b0.at[0:24, 19:23].add(v6[0:24, 0:4])
+  return (b0,)
+
 REGRESSIONS = [
     _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
           data="normal", data_seed=1741133617),
@@ -1182,4 +1200,6 @@ REGRESSIONS = [
     _case(row_add_then_scaled_row_added_clone_round,
           f32("b0", 24, 32), f32("b1", 64, 32), Buf("b2", (16, 24), "int32"),
           data="normal", data_seed=77206011),
+    _case(window_add_then_scaled_resize_added_cloned, f32("b0", 24, 24),
+          data="integer", data_seed=403451585),
 ]
