@@ -616,7 +616,8 @@ def _cut_safe(st: _State, eqn, var) -> bool:
   """Whether a barrier may follow `var`; in a refinement round, also after a product
   nothing adds (`_exactness.cut_safe_here`), which the fingerprint then checks."""
   if st.hints.through_updates:
-    return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers) and \
+    return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers,
+                           inputs_plain=not _inlined(st)) and \
         _no_fold_across(st, eqn, var)
   return _cut_safe_at(st, eqn, var)
 

@@ -127,7 +127,7 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False) -
   users = {_computation(eqns[k], eqns) for k, _ in consumers.get(var, ())}
   if len(users) > 1 or (users and returned):
     return False
-  return _added(var, eqns, consumers, 0, direct=True)
+  return _added(var, eqns, consumers, 0, direct=True, inputs_plain=not inlined)
 
 
 def _computation(eqn, eqns) -> int:
@@ -216,12 +216,14 @@ def folded_into_dot(eqn, var, consumers) -> bool:
   return any(eqn.primitive is a and any(e is b for e in consumers) for a, b in pairs)
 
 
-def cut_safe_here(eqn, var, eqns, consumers) -> bool:
+def cut_safe_here(eqn, var, eqns, consumers, inputs_plain: bool = False) -> bool:
   """`cut_safe_var`, or, in a refinement round (whose compiled program the
   fingerprint checks): `var` is an elementwise product (or a transcendental, whose
   code ends in one) that no add or subtract consumes, even through data movement or
   inside the calls it is passed to, so there is no multiply-add for a barrier to
-  split; or the result of a dot."""
+  split; or the result of a dot. `inputs_plain`: this jaxpr's inputs are not
+  products XLA could see (a whole program, a loop body XLA keeps; not a body it
+  may inline into its caller)."""
   if cut_safe_var(eqn, var):
     return True
   if R.normalised_float(getattr(var, "aval", None)):
@@ -239,7 +241,7 @@ def cut_safe_here(eqn, var, eqns, consumers) -> bool:
     return True
   if not _traits.has(eqn.primitive, Trait.ELEMENTWISE):
     return False
-  return not _added(var, eqns, consumers, 0)
+  return not _added(var, eqns, consumers, 0, inputs_plain=inputs_plain)
 
 
 def _consumers_of(jaxpr) -> dict:
@@ -251,12 +253,21 @@ def _consumers_of(jaxpr) -> dict:
   return out
 
 
-def _added(var, eqns, consumers, depth: int, direct: bool = False) -> bool:
+def _added(var, eqns, consumers, depth: int, direct: bool = False,
+           inputs_plain: bool = False) -> bool:
   """Whether an add consumes `var`, through call bodies and, unless `direct`,
   data movement (and assumed inside loops and conditionals; `direct`: those are
   boundaries XLA keeps, and only an add of `var` itself counts)."""
   if depth > MAX_DEPTH:
     return True
+  # A value scaled by a literal (`w * c`, then data movement) is added, for this
+  # question, only where the add's other operand is scaled by the same literal:
+  # `w * c + v * c` is `(w + v) * c` to XLA's simplifier, an add of `w` (fuzz seed
+  # 3900 #2539: a scatter-add's result scaled, then added). In `b - (w * c)` the
+  # multiply-add XLA may contract is `w * c`'s, whose operand `w` is the same
+  # rounded value whether computed there or read from memory.
+  scale: dict = {var: None}
+  producer: dict | None = None
   stack, seen = [var], set()
   while stack:
     w = stack.pop()
@@ -266,11 +277,20 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False) -> bool:
     for k, pos in consumers.get(w, ()):
       e = eqns[k]
       if _traits.has(e.primitive, Trait.ADDITIVE):
-        return True
-      if e.primitive.name == "mul" and any(C.is_literal(v) for v in e.invars):
-        # `w * c + v * c` is `(w + v) * c` to XLA's simplifier, an add of `w`
-        # (fuzz seed 3900 #2539: a scatter-add's result scaled, then added).
-        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+        if scale[w] is None:
+          return True
+        if producer is None:
+          producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
+        if any(_scaled_by(x, scale[w], eqns, producer, inputs_plain, 0)
+               for i, x in enumerate(e.invars) if i != pos):
+          return True
+        continue
+      c = _literal_factor(e)
+      if c is not None:
+        for o in e.outvars:
+          if not C.is_drop_var(o):
+            scale[o] = c
+            stack.append(o)
         continue
       inner = R.call_body(e)
       if inner is not None:
@@ -282,7 +302,46 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False) -> bool:
       elif C.jaxprs_in_params(e.params):
         return True
       elif _traits.has(e.primitive, Trait.DATA_MOVEMENT):
-        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+        for o in e.outvars:
+          if not C.is_drop_var(o):
+            scale[o] = scale[w]
+            stack.append(o)
+  return False
+
+
+def _literal_factor(eqn) -> float | None:
+  """The literal a `mul` multiplies by (None: not a product with a literal)."""
+  if eqn.primitive.name != "mul":
+    return None
+  lits = [v for v in eqn.invars if C.is_literal(v)]
+  if len(lits) != 1:
+    return None
+  try:
+    return float(lits[0].val)
+  except (TypeError, ValueError):
+    return None
+
+
+def _scaled_by(x, c: float, eqns, producer, inputs_plain: bool, depth: int) -> bool:
+  """Whether `x` is a product with the literal `c` (through data movement), or may
+  be: anything not known otherwise counts (an input, unless `inputs_plain`; a
+  call's result; too deep)."""
+  if C.is_literal(x):
+    return False
+  if depth > MAX_DEPTH:
+    return True
+  k = producer.get(x)
+  if k is None:
+    return not inputs_plain   # an input: a product only where XLA may inline
+  e = eqns[k]
+  f = _literal_factor(e)
+  if f is not None:
+    return f == c or (f != f and c != c)
+  if e.primitive.name == "mul" or C.jaxprs_in_params(e.params):
+    return True             # a product with a computed factor, or a call's result
+  if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
+    return any(_scaled_by(y, c, eqns, producer, inputs_plain, depth + 1)
+               for y in e.invars)
   return False
 
 

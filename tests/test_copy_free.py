@@ -213,12 +213,25 @@ def _ints(shape=(16, 32), k=0):
                               jnp.int32),)
 
 
+def square_step_then_window_of_square(x):
+  """Fuzz seed 4400 #179, by hand. The square is read after the step overwrites x,
+  so it is tied before: a barrier after a product that only a multiply by a
+  literal reads, whose result the step subtracts. That product with 0.5 is the
+  multiply-add XLA may contract, whatever the square's own fusion; only an add
+  whose other operand is scaled by the same literal (`v * c + w * c`, factored by
+  XLA) would expose the square to an add. Copied before that distinction."""
+  v = x * x
+  x = x - 0.5 * v
+  return lax.dynamic_update_slice(x, jnp.resize(v, (8, 20)), (jnp.argmax(x[9]) % 9, 2))
+
+
 def row_add_step_then_column_add(x):
   """Fuzz seed 4100 #5073, by hand. XLA fuses the row add, the whole-buffer step
   and the column add into kernels that do not run in place: the new value is
   computed in another buffer and copied into the donated one, and the copy names
-  no read to tie. A refinement round materialises each update (`Hints.materialise`)
-  and ties the column add's own reads (`Hints.tie_into`)."""
+  no read to tie. The materialising round (`Hints.materialise`, `Hints.tie_into`)
+  removed it first; since a scaled result counts as added only where the add is
+  factorable (`_exactness._added`), the first round ties after the row add."""
   x = x.at[13].add(-2)
   x = x * 2 + 1
   return x.at[:, 11].add(x[5, :16])
@@ -277,6 +290,8 @@ CASES = {
     "gauss_seidel_with_change": (gauss_seidel_with_change, lambda: (_x(), _x(1)),
                                  (0,), ()),
     "row_add_step_then_column_add": (row_add_step_then_column_add, _ints(), (0,), ()),
+    "square_step_then_window_of_square": (square_step_then_window_of_square,
+                                          _normal((16, 24)), (0,), ()),
     "row_add_step_row_set_then_window_add": (
         row_add_step_row_set_then_window_add, _ints(k=1), (0,), ()),
     "sparse_momentum": (sparse_momentum,
@@ -309,18 +324,46 @@ def test_copy_free_and_exact(name):
   assert r.report.buffer_copies(full) == (), r.report
 
 
-@pytest.mark.parametrize("name", ["row_add_step_then_column_add",
-                                  "row_add_step_row_set_then_window_add"])
-def test_materialising_round_is_the_one_that_runs(name):
+def where_row_add_then_cond_of_updates(b0):
+  """Fuzz seed 4400 #1087 (as generated, dead code left out). jax.jit copies b0
+  twice; the first rounds and the clone rounds leave one or two copies, and only
+  the materialising round's candidate (a barrier after each update) is copy-free."""
+  b0 = jnp.where(b0 > 0, b0, -2.0)
+  b0 = b0.at[27].add(-2.0)
+  v1 = b0[8:20, 19:23]
+  v2 = b0[-27, 5]
+
+  def fn3(b0):
+    def br0(b0):
+      return b0.at[18].min(-2.0), jnp.sum(v2 * v2 * 0.5 + 1)
+
+    def br1(b0):
+      v7 = jnp.einsum("ij,jk->ik", b0, (jnp.arange(192, dtype=jnp.float32)
+                                        .reshape(24, 8) % 3 - 1) * 0.125)
+      b0 = b0.at[0:32, 0:8].set(v7[0:32, 0:8])
+      b0 = b0.at[4, -7].add(jnp.max(v1))
+      return b0, jnp.max(v7)
+    b0, v4 = lax.cond(jnp.sum(b0[27]) > 0, br0, br1, b0)
+    return b0, jnp.sum(v4)
+  b0, v3 = jax.jit(fn3)(b0)
+  b0 = b0.at[13:16].set(3.0)
+  b0 = b0.at[jnp.array([9], dtype=jnp.int32)].set(v3, unique_indices=True)
+  return v1, v2, b0
+
+
+def test_materialising_round_is_the_one_that_runs():
   # Only the materialising round removes these copies: the candidate that runs is
   # its, the last one compiled, and the others are not labelled as it.
   if not ON_CPU:
     pytest.skip("the copies are XLA:CPU's")
-  fn, make_args, donate, static = CASES[name]
-  r = compare(fn, *make_args(), donate_argnums=donate, static_argnums=static)
+  from inplace_jax.testing.fuzz import Buf, make_inputs
+  (x,) = make_inputs((Buf("b0", (32, 24), "float32"),), 373178449, "integer")
+  r = compare(where_row_add_then_cond_of_updates, jnp.asarray(x))
+  assert r.ref_report.buffer_copies(1024), r.ref_report
   sig = r.fn.signatures[-1]
   assert sig.chosen is sig.candidates[-1] and sig.chosen.materialised, sig.candidates
   assert not any(c.materialised for c in sig.candidates[:-1]), sig.candidates
+  assert any(c.clone for c in sig.candidates), sig.candidates   # the rounds before
   assert r.report.buffer_copies(1024) == (), r.report
 
 
