@@ -78,7 +78,80 @@ def discharge_refs(jaxpr, consts, ctx: PassContext):
 
 
 def dead_code(jaxpr, consts, ctx: PassContext):
-  return C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0], consts
+  """Dead equations removed, and the dead carries of `while` loops at any depth,
+  which XLA removes too (its while-loop simplifier) and JAX's dead-code
+  elimination keeps. A read of a buffer that only feeds a dead carry is no read
+  to XLA: counted, it hid that an add is an additive scatter's one user, which
+  XLA moves in front of the scatter (fuzz seed 4500 #3828: the argmax of a row,
+  accumulated in a carry the loop's caller drops)."""
+  jaxpr = C.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
+  for _ in range(_DCE_ROUNDS):    # a carry pruned inside can free one outside
+    pruned = _while_carries_pruned(jaxpr, {})
+    if pruned is jaxpr:
+      break
+    jaxpr = C.dce_jaxpr(pruned, [True] * len(pruned.outvars), instantiate=True)[0]
+  return jaxpr, consts
+
+
+_DCE_ROUNDS = 4
+
+
+def _while_carries_pruned(jaxpr, memo: dict):
+  """`jaxpr` with each `while` loop's carries that nothing outside reads, and that
+  feed no carry that is read, removed (at every depth)."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  used = {v for e in jaxpr.eqns for v in e.invars if not C.is_literal(v)}
+  used |= {v for v in jaxpr.outvars if not C.is_literal(v)}
+  eqns, changed = [], False
+  for e in jaxpr.eqns:
+    new_params = _params_with(e.params, lambda j: _while_carries_pruned(j, memo))
+    if new_params is not None:
+      e, changed = e.replace(params=new_params), True
+    if e.primitive is C.while_p:
+      pruned = _pruned_while(e, used)
+      if pruned is not e:
+        e, changed = pruned, True
+    eqns.append(e)
+  out = jaxpr.replace(eqns=eqns) if changed else jaxpr
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+def _pruned_while(eqn, used):
+  """`eqn` (a `while`) without the carries no live value depends on, or `eqn`."""
+  p = eqn.params
+  body, cond = p["body_jaxpr"], p["cond_jaxpr"]
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  n = len(eqn.outvars)
+  if body.jaxpr.effects or cond.jaxpr.effects:
+    return eqn
+  cond_used = {v for e in cond.jaxpr.eqns for v in e.invars if not C.is_literal(v)}
+  cond_used |= {v for v in cond.jaxpr.outvars if not C.is_literal(v)}
+  live = {i for i in range(n) if eqn.outvars[i] in used
+          or cond.jaxpr.invars[nc + i] in cond_used}
+  while True:
+    _, used_in = C.dce_jaxpr(body.jaxpr, [i in live for i in range(n)])
+    more = {i for i in range(n) if used_in[nb + i]} - live
+    if not more:
+      break
+    live |= more
+  if len(live) == n:
+    return eqn
+  keep = [i in live for i in range(n)]
+  new_body, _ = C.dce_jaxpr(body.jaxpr, keep, instantiate=True)
+  new_body = new_body.replace(
+      invars=[v for k, v in enumerate(new_body.invars) if k < nb or keep[k - nb]],
+      debug_info=C.loose_debug_info(new_body.debug_info))
+  new_cond = cond.jaxpr.replace(
+      invars=[v for k, v in enumerate(cond.jaxpr.invars) if k < nc or keep[k - nc]],
+      debug_info=C.loose_debug_info(cond.jaxpr.debug_info))
+  carries = eqn.invars[nc + nb:]
+  params = dict(p, body_jaxpr=C.ClosedJaxpr(new_body, body.consts),
+                cond_jaxpr=C.ClosedJaxpr(new_cond, cond.consts))
+  return eqn.replace(invars=list(eqn.invars[:nc + nb]) + [v for v, k in zip(carries, keep) if k],
+                     outvars=[v for v, k in zip(eqn.outvars, keep) if k], params=params)
 
 
 def predicate_batched_loops(jaxpr, consts, ctx: PassContext):
