@@ -1094,6 +1094,34 @@ def window_add_then_scaled_resize_added_cloned(b0):
   b0 = b0.at[0:24, 19:23].add(v6[0:24, 0:4])
   return (b0,)
 
+
+def scatter_add_in_loop_with_dropped_carry(b0, b1, b2):
+  """Long run seed 4500 #3828, commit 76c3509 (and 7972d00). Oracle: inexact, 11
+  of 768 elements of row 5 of b1, 1 ulp. In the loop body the scatter-add's result
+  is added to (`+ v7 * -0.5`) and read (`argmax(b1[1])`), so it is scattered first
+  under jax.jit and a barrier after it is allowed; but the read only feeds a carry
+  the caller drops, XLA removes that carry, and then moves the add in front of
+  the scatter-add. Fixed: dead while carries are removed before the analysis."""
+  v1 = b2[-21, 10]
+
+  def br2_0(b1):
+    v3 = b0[9:18, 30:32]
+    b1 = b1.at[jnp.argmin(b2[:, 22]) % 24 + 24].set(v1)
+    b1 = b1.at[-23, -9].add(v1)
+    return (b1, jnp.max(v3))
+
+  def br2_1(b1):
+    def body5(i5, c5):
+      (b1, a5) = c5
+      b1 = b1.at[jnp.array([6, 5], dtype=jnp.int32)].add(v1, unique_indices=True)
+      v6 = jnp.argmax(b1[1])
+      b1 = b1 + b0[17] * -0.5
+      return (b1, a5 + v6.astype(jnp.float32))
+    (b1, _) = lax.fori_loop(0, jnp.argmin(b0[:, 2]) % 3 + 0, body5, (b1, jnp.float32(0)))
+    return (b1, jnp.float32(0))
+  (b1, _) = lax.cond(b0[6, 12] > 0, br2_0, br2_1, b1)
+  return (b0, b0[4:24, 14:22], b1, v1, b2,)
+
 REGRESSIONS = [
     _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
           data="normal", data_seed=1741133617),
@@ -1202,4 +1230,6 @@ REGRESSIONS = [
           data="normal", data_seed=77206011),
     _case(window_add_then_scaled_resize_added_cloned, f32("b0", 24, 24),
           data="integer", data_seed=403451585),
+    _case(scatter_add_in_loop_with_dropped_carry, f32("b0", 24, 32), f32("b1", 24, 32),
+          f32("b2", 24, 24), data="normal", data_seed=736891682),
 ]

@@ -313,3 +313,31 @@ def test_barriers_that_close_a_cycle_are_dropped_one_by_one():
   for a, b in zip(want, got, strict=True):
     np.testing.assert_array_equal(a, b)
 
+
+
+def test_dead_while_carries_removed_as_xla_removes_them():
+  # XLA's while-loop simplifier drops carries nothing live reads; the analysis must
+  # not count reads that only feed them (fuzz seed 4500 #3828). The loop keeps its
+  # live carries, values unchanged, and the dead argmax of a row is gone.
+  from inplace_jax import _compat as C
+  from inplace_jax import _passes
+
+  def f(b, n):
+    def body(i, c):
+      b, a, z = c
+      b = b.at[1].add(1.0)
+      return b + 1.0, a + jnp.argmax(b[1]), z * 2
+    b, _, z = lax.fori_loop(0, n, body, (b, 0, 1.0))
+    return b, z
+  x = jnp.arange(16.0).reshape(4, 4)
+  cj = jax.make_jaxpr(f)(x, 3)
+  new, _ = _passes.dead_code(cj.jaxpr, cj.consts, None)
+  C.check_jaxpr(new)
+  (before,) = [e for e in cj.jaxpr.eqns if e.primitive is C.while_p]
+  (loop,) = [e for e in new.eqns if e.primitive is C.while_p]
+  assert len(loop.outvars) == len(before.outvars) - 1
+  body = loop.params["body_jaxpr"].jaxpr
+  assert not any(e.primitive.name == "argmax" for e in body.eqns)
+  out = C.jaxpr_as_fun(C.ClosedJaxpr(new, cj.consts))(x, 3)
+  for a, b in zip(out, jax.jit(f)(x, 3), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
