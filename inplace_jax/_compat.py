@@ -402,6 +402,13 @@ def resolve_donation(fun, donate_argnums, donate_argnames):
   return nums, names
 
 
+def used_vars(jaxpr) -> set:
+  """The variables `jaxpr`'s equations or outputs read (at its own level)."""
+  used = {v for e in jaxpr.eqns for v in e.invars if not is_literal(v)}
+  used |= {v for v in jaxpr.outvars if not is_literal(v)}
+  return used
+
+
 def predicted_aliases(jaxpr, donated) -> list[int | None]:
   """Which output `jax.jit` aliases to each donated input (None: none), as
   `mlir._set_up_aliases` decides in jax 0.10.2: outputs in order each take the
@@ -409,8 +416,7 @@ def predicted_aliases(jaxpr, donated) -> list[int | None]:
   use are pruned first; outputs that are undonated inputs are forwarded by `jit`
   without going through XLA."""
   import collections
-  used = {v for e in jaxpr.eqns for v in e.invars if not is_literal(v)}
-  used |= {v for v in jaxpr.outvars if not is_literal(v)}
+  used = used_vars(jaxpr)
   index = {v: i for i, v in enumerate(jaxpr.invars)}
   queues: dict = collections.defaultdict(collections.deque)
   for i, (v, d) in enumerate(zip(jaxpr.invars, donated, strict=True)):

@@ -102,8 +102,7 @@ def _while_carries_pruned(jaxpr, memo: dict):
   hit = memo.get(id(jaxpr))
   if hit is not None and hit[0] is jaxpr:
     return hit[1]
-  used = {v for e in jaxpr.eqns for v in e.invars if not C.is_literal(v)}
-  used |= {v for v in jaxpr.outvars if not C.is_literal(v)}
+  used = C.used_vars(jaxpr)
   eqns, changed = [], False
   for e in jaxpr.eqns:
     new_params = _params_with(e.params, lambda j: _while_carries_pruned(j, memo))
@@ -127,8 +126,7 @@ def _pruned_while(eqn, used):
   n = len(eqn.outvars)
   if body.jaxpr.effects or cond.jaxpr.effects:
     return eqn
-  cond_used = {v for e in cond.jaxpr.eqns for v in e.invars if not C.is_literal(v)}
-  cond_used |= {v for v in cond.jaxpr.outvars if not C.is_literal(v)}
+  cond_used = C.used_vars(cond.jaxpr)
   live = {i for i in range(n) if eqn.outvars[i] in used
           or cond.jaxpr.invars[nc + i] in cond_used}
   while True:
