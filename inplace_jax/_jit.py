@@ -124,6 +124,8 @@ class Candidate:
   clone: int = 0
   # Whether the materialising round compiled it (`_plan.Hints.materialise`).
   materialised: bool = False
+  # Whether the lowering round compiled it (`_plan.Hints.lower`).
+  lowered: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,12 +414,13 @@ class InplaceJitted:
         # A program XLA would miscompile with its barriers kept is never compiled.
         if text not in seen and not _rewrite.reads_across_barrier(new.jaxpr) and (
             plan.changed or (self._our_options != self._user_options
-                             and _has_barrier(new.jaxpr))):
+                             and _holds(new.jaxpr, C.optimization_barrier_p))):
           seen.append(text)
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
                                      clone=hints.clone,
-                                     materialised=hints.materialise)
+                                     materialised=hints.materialise,
+                                     lowered=hints.lower)
           candidates.append(last)
           if _improves(last, best, plain, threshold):
             best, best_plan = last, plan
@@ -444,6 +447,14 @@ class InplaceJitted:
     if best.report.verified and _bytes(best, threshold)[0] and writers:
       run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                       tie_into=writers, materialise=True), len(candidates))
+    # Copies around a conditional the analysis predicted XLA keeps in place as it
+    # is (a branch that passes a buffer through beside one that rewrites it and
+    # reads the result, jax#16661): one more compile with every conditional that
+    # updates a buffer lowered to zero-or-one-trip loops, each update materialised.
+    if best.report.verified and _bytes(best, threshold)[0] and \
+        _holds(C.params_jaxpr(p), C.cond_p):
+      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
+                      tie_into=writers, materialise=True, lower=True), len(candidates))
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
@@ -614,12 +625,12 @@ def significant_bytes(report: CopyReport, min_bytes: int) -> int:
   return max(int(min_bytes), int(donated * SIGNIFICANT_FRACTION))
 
 
-def _has_barrier(jaxpr) -> bool:
-  """Whether `jaxpr` holds an optimization barrier (the user's), at any depth."""
+def _holds(jaxpr, primitive) -> bool:
+  """Whether `jaxpr` holds an equation of `primitive`, at any depth."""
   for e in jaxpr.eqns:
-    if e.primitive is C.optimization_barrier_p:
+    if e.primitive is primitive:
       return True
-    if any(_has_barrier(j) for j in C.sub_jaxprs(e.params)):
+    if any(_holds(j, primitive) for j in C.sub_jaxprs(e.params)):
       return True
   return False
 

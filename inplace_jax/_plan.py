@@ -70,6 +70,10 @@ class Hints:
   # earlier compile computed a buffer's new value in another buffer and copied it
   # in, which a fusion of several updates that cannot run in place causes.
   materialise: bool = False
+  # Every conditional whose branch updates a buffer lowered to zero-or-one-trip
+  # loops (`_rules.conditionals`), even where XLA is predicted to keep it in place
+  # as it is: an earlier compile still copied a buffer around a conditional.
+  lower: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

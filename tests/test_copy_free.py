@@ -367,6 +367,39 @@ def test_materialising_round_is_the_one_that_runs():
   assert r.report.buffer_copies(1024) == (), r.report
 
 
+def column_step_in_switch_beside_pass_through(b0, b1):
+  """Fuzz seed 4600 #865 (as generated). A branch that passes b0 through (the
+  second) beside one that rewrites it elementwise from its own column: jax.jit
+  copies b0 in the pass-through branch and into the donated buffer (jax#16661).
+  Predicted to stay in place as a conditional, it is not lowered in the first
+  rounds; only the lowering round's candidate (zero-or-one-trip loops, each
+  update materialised) is copy-free."""
+  b0 = b0.at[:, 10].add(0.5)
+
+  def br1_0(b0):
+    v2 = b0[:, 12:13]
+    return b0 * 0.99 - 0.01 * v2, jnp.float32(0)
+
+  def br1_1(b0):
+    return b0, jnp.float32(0)
+  b0, v1 = lax.switch(jnp.argmin(b1[:, 7]) % 2 + 2, [br1_0, br1_1], b0)
+  return b1, v1, b0
+
+
+def test_lowering_round_is_the_one_that_runs():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  from inplace_jax.testing.fuzz import Buf, make_inputs
+  bufs = (Buf("b0", (32, 16), "float32"), Buf("b1", (16, 16), "float32"))
+  args = [jnp.asarray(a) for a in make_inputs(bufs, 2136922539, "normal")]
+  r = compare(column_step_in_switch_beside_pass_through, *args, donate_argnums=(0, 1))
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+  sig = r.fn.signatures[-1]
+  assert sig.chosen is sig.candidates[-1] and sig.chosen.lowered, sig.candidates
+  assert not any(c.lowered for c in sig.candidates[:-1]), sig.candidates
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
 def test_copy_into_buffer_names_the_reads_behind_it():
   # jax.jit computes the `where` in another buffer and copies it into the donated
   # one; the cause names the read of the column that keeps XLA from writing over it.

@@ -53,6 +53,8 @@ class Context:
   inner_sensitive: Callable[[Any, int], bool]
   # A refinement round: copies remained after a compile (`_plan.Hints`).
   refining: bool = False
+  # Lower every conditional that can be lowered (`_plan.Hints.lower`).
+  lower: bool = False
 
 
 # is_version: a level per operand (0: not a buffer; see `_analysis.BUFFER`).

@@ -128,7 +128,7 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
   # A branch 0 that rewrites the buffer elementwise (`x * 0.5 + 1`) or replaces it
   # (`zeros_like(x)`) copies it all the same (measured): XLA writes the branch's
   # result over the operand the other branch returns.
-  keeps_in_place = (len(plans) == 2
+  keeps_in_place = (not ctx.lower and len(plans) == 2
                     and not any(plans[0].strong_flows[i] for i, _ in pairs)
                     and not any(_rewrites(plans[0], i, o) or (
                         plans[0].flows[i] is None and _fresh(plans[0].jaxpr, o))
@@ -142,7 +142,7 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
           and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
           # A branch that rewrites a buffer elementwise (no strong update) gains
           # nothing from a loop: XLA keeps the copy and the loop adds its own.
-          and not any(_weak_only(p, i, o) for p in plans for i, o in pairs))
+          and (ctx.lower or not any(_weak_only(p, i, o) for p in plans for i, o in pairs)))
 
 
 def _rewrites(plan, i: int, o: int) -> bool:
