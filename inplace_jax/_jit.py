@@ -395,9 +395,9 @@ class InplaceJitted:
     program with each cheap elementwise value computed once per reader
     (`Hints.clone`), as XLA computes it in each reader's fusion: a read's fusion
     then keeps jax.jit's form while the update recomputes the chain after the
-    barrier (`_passes.clone_shared`). Where copies still remain, and the first
-    clone round needed one compile only, another clones slices, reshapes and
-    broadcasts too: `CLONE_COMPILES` compiles in all. Where copies still remain
+    barrier (`_passes.clone_shared`). Where copies still remain, another clones
+    slices, reshapes and broadcasts too: `CLONE_COMPILES` compiles in all, each
+    level `CLONE_LEVEL_COMPILES` at most. Where copies still remain
     and some candidate's copy names no read to tie, one more compile
     materialises each update (`Hints.materialise`)."""
     candidates, plans, seen = [plain], [], []
@@ -437,7 +437,8 @@ class InplaceJitted:
           len(candidates) >= start + CLONE_COMPILES:
         break
       run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                      clone=level), start + CLONE_COMPILES - 1)
+                      clone=level),
+          min(start + CLONE_COMPILES, len(candidates) + CLONE_LEVEL_COMPILES) - 1)
     # Copies that name no read to tie (the new value computed in another buffer
     # and copied in): one more compile with each update materialised and the
     # named updates' own reads tied (`Hints.materialise`). A round of its own, so
@@ -449,12 +450,18 @@ class InplaceJitted:
                       tie_into=writers, materialise=True), len(candidates))
     # Copies around a conditional the analysis predicted XLA keeps in place as it
     # is (a branch that passes a buffer through beside one that rewrites it and
-    # reads the result, jax#16661): one more compile with every conditional that
-    # updates a buffer lowered to zero-or-one-trip loops, each update materialised.
-    if best.report.verified and _bytes(best, threshold)[0] and \
-        _holds(C.params_jaxpr(p), C.cond_p):
-      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                      tie_into=writers, materialise=True, lower=True), len(candidates))
+    # reads the result, jax#16661): every conditional that updates a buffer
+    # lowered to zero-or-one-trip loops, each update materialised; where copies
+    # still remain, lowered with clones of data movement instead (a read of the
+    # new value that jax.jit computes again from the old buffer keeps that form).
+    # One compile each (`Hints.lower`).
+    if _holds(C.params_jaxpr(p), C.cond_p):
+      for lowered in (_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
+                                  tie_into=writers, materialise=True, lower=True),
+                      _plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
+                                  clone=2, lower=True)):
+        if best.report.verified and _bytes(best, threshold)[0]:
+          run(lowered, len(candidates))
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
@@ -586,9 +593,11 @@ class InplaceJitted:
 # Compiles after the first sequenced one, where copies of buffers remain.
 REFINE_ROUNDS = 2
 # The clone rounds, where copies remain (`_rounds`): elementwise values cloned per
-# reader, then data movement too (`Hints.clone`), in at most this many compiles.
+# reader, then data movement too (`Hints.clone`), in at most this many compiles,
+# each level at most `CLONE_LEVEL_COMPILES`.
 CLONE_LEVELS = (1, 2)
-CLONE_COMPILES = 2
+CLONE_COMPILES = 3
+CLONE_LEVEL_COMPILES = 2
 
 
 def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:

@@ -400,6 +400,60 @@ def test_lowering_round_is_the_one_that_runs():
   assert r.report.buffer_copies(1024) == (), r.report
 
 
+def row_step_in_loop_then_corner(b0):
+  """Fuzz seed 4600 #9035 (as generated). In the loop body, `b0 - 0.25 * b0[21]`
+  and then a read of the new `b0[0, 0]`: jax.jit computes that element again from
+  the old buffer inside the read's fusion (and copies b0 to keep it), which a
+  multiply-add can round otherwise than the stored one. Only a candidate that
+  clones the broadcast row too (clone level 2) keeps both forms and is in place."""
+  v1 = lax.dynamic_slice(b0, (jnp.argmin(b0[:, 40]) % 32, jnp.argmax(b0[7]) % 18),
+                         (2, 31))
+
+  def body2(i2, c2):
+    b0, a2 = c2
+    v3 = b0[21]
+    b0 = b0 - 0.25 * v3
+    a2 = a2 + jnp.max(b0[0, 0]).astype(jnp.float32)
+    return b0, a2
+  b0, v2 = lax.fori_loop(0, jnp.argmin(b0[:, 23]) % 3 + 0, body2, (b0, jnp.float32(0)))
+  b0 = b0.at[22:29].mul(v2)
+  return b0, v1
+
+
+def row_step_in_cond_beside_pass_through(b0):
+  """Fuzz seed 4600 #2079 (as generated). As `row_step_in_loop_then_corner`, in the
+  second branch of a conditional whose first passes b0 through (jax#16661): only the
+  lowering round's candidate with clones of data movement is copy-free and exact
+  (with each update materialised instead, the new `b0[0, 0]` is read from memory
+  where jax.jit computes it again, a multiply-add apart)."""
+  def br1_0(b0):
+    return b0, jnp.float32(0)
+
+  def br1_1(b0):
+    v2 = b0[4]
+    b0 = b0 - 0.5 * v2
+    return b0, jnp.float32(0) + jnp.sum(b0[0, 0]).astype(jnp.float32)
+  b0, v1 = lax.cond(b0[10, 5] > 0, br1_0, br1_1, b0)
+  b0 = jnp.maximum(b0, -v1)
+  return b0, v1
+
+
+@pytest.mark.parametrize("fn, shape, lowered", [
+    (row_step_in_loop_then_corner, (33, 48), False),
+    (row_step_in_cond_beside_pass_through, (24, 32), True)])
+def test_clones_of_data_movement_keep_a_recomputed_read(fn, shape, lowered):
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  from inplace_jax.testing.fuzz import Buf, make_inputs
+  (x,) = make_inputs((Buf("b0", shape, "float32"),), 7, "normal")
+  x = x.at[10, 5].set(-1.0)     # the branch that updates
+  r = compare(fn, jnp.asarray(x))
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+  sig = r.fn.signatures[-1]
+  assert sig.chosen.clone == 2 and sig.chosen.lowered == lowered, sig.candidates
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
 def test_copy_into_buffer_names_the_reads_behind_it():
   # jax.jit computes the `where` in another buffer and copies it into the donated
   # one; the cause names the read of the column that keeps XLA from writing over it.
