@@ -334,6 +334,16 @@ class InplaceJitted:
     where that dumped them (anything donated), else compiled once more."""
     if cand.kernels is None or not all(_fingerprint.elementwise(o) for o in cand.changed):
       return cand
+    try:
+      return self._settled(p, args_flat, cand, plain, plain_ir)
+    except RecursionError:
+      # Kernels whose expressions nest too deep to read (a lowered conditional of
+      # a Diffrax solver step): nothing is settled, nothing assumed the same.
+      return cand if cand.changed else dataclasses.replace(
+          cand, changed=(_llvm.CONTRACTIONS,))
+
+  def _settled(self, p, args_flat, cand: Candidate, plain: Candidate,
+               plain_ir: dict) -> Candidate:
     mine = cand.kernels.kernels()
     if mine is None:
       return cand
@@ -448,19 +458,21 @@ class InplaceJitted:
     if best.report.verified and _bytes(best, threshold)[0] and writers:
       run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                       tie_into=writers, materialise=True), len(candidates))
-    # Copies around a conditional the analysis predicted XLA keeps in place as it
-    # is (a branch that passes a buffer through beside one that rewrites it and
-    # reads the result, jax#16661): every conditional that updates a buffer
+    # Copies at a conditional the analysis predicted XLA keeps in place as it is
+    # (a branch that passes a buffer through beside one that rewrites it and
+    # reads the result, jax#16661), or inside one: every conditional that updates a buffer
     # lowered to zero-or-one-trip loops, each update materialised; where copies
     # still remain, lowered with clones of data movement instead (a read of the
     # new value that jax.jit computes again from the old buffer keeps that form).
     # One compile each (`Hints.lower`).
-    if _holds(C.params_jaxpr(p), C.cond_p):
+    sites = _cond_sites(C.params_jaxpr(p))
+    if sites:
       for lowered in (_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                                   tie_into=writers, materialise=True, lower=True),
                       _plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
                                   clone=2, lower=True)):
-        if best.report.verified and _bytes(best, threshold)[0]:
+        if best.report.verified and any(_at_conditional(c, sites) for c in
+                                        best.report.buffer_copies(threshold)):
           run(lowered, len(candidates))
     return best, best_plan, plans, candidates
 
@@ -632,6 +644,33 @@ def significant_bytes(report: CopyReport, min_bytes: int) -> int:
   bytes if that is more."""
   donated = sum(d.nbytes for d in report.donations if d.donated)
   return max(int(min_bytes), int(donated * SIGNIFICANT_FRACTION))
+
+
+def _cond_sites(jaxpr) -> frozenset[tuple[str, int]]:
+  """The user's (file, line) of every conditional in `jaxpr` and of every equation in
+  its branches, at any depth (a lowered conditional's loops keep its line)."""
+  out: set[tuple[str, int]] = set()
+
+  def visit(j, inside: bool) -> None:
+    for e in j.eqns:
+      cond = e.primitive is C.cond_p
+      if cond or inside:
+        frame = C.user_frame(e)
+        if frame is not None:
+          out.add((frame.file_name, frame.start_line))
+      for sub in C.sub_jaxprs(e.params):
+        visit(sub, inside or cond)
+  visit(jaxpr, False)
+  return frozenset(out)
+
+
+def _at_conditional(c, sites) -> bool:
+  """Whether buffer copy `c` is in a branch, or its site, writer or a reader is a
+  conditional's (`_cond_sites`)."""
+  if c.role == "branch":
+    return True
+  places = [c.location] + [a.location for a in (*c.readers, c.writer) if a is not None]
+  return any(loc is not None and (loc.file, loc.line) in sites for loc in places)
 
 
 def _holds(jaxpr, primitive) -> bool:
