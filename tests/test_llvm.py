@@ -128,6 +128,20 @@ def test_elementwise_difference_the_ir_confirms_keeps_jax_jits_program():
   assert any(c.changed and not c.settled_by_ir for c in sig.candidates[1:])
 
 
+def test_ir_too_deep_to_read_settles_nothing(monkeypatch):
+  """Kernels whose expressions nest deeper than Python's recursion limit (the
+  Diffrax solve's conditionals lowered to loops): the call runs, nothing is settled
+  by the IR, and the HLO's verdict stands (the copy stays), values as jax.jit's."""
+  def too_deep(*args, **kwargs):
+    raise RecursionError("maximum recursion depth exceeded")
+  monkeypatch.setattr(_llvm, "read", too_deep)
+  r = compare(scaled_row_after_scatter, _fresh((16, 16)))
+  assert r.ref_report.buffer_copies(1024), "jax.jit's program copies the buffer"
+  sig = r.fn.signatures[-1]
+  assert not any(c.settled_by_ir for c in sig.candidates), sig.candidates
+  assert sig.program == "jax.jit" and r.report.buffer_copies(1024), r.report
+
+
 def test_user_dump_options_leave_the_hlo_fingerprint_in_charge(tmp_path):
   """With the user's own `xla_dump_to`, no IR is read: the HLO's verdict stands
   (the copy stays), values as jax.jit's."""
