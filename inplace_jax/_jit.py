@@ -420,11 +420,14 @@ class InplaceJitted:
       while len(candidates) <= limit:
         new, plan = self._sequenced(p, buffers, hints)
         plans.append(plan)
-        text = str(new.jaxpr)
-        # A program XLA would miscompile with its barriers kept is never compiled.
-        if text not in seen and not _rewrite.reads_across_barrier(new.jaxpr) and (
-            plan.changed or (self._our_options != self._user_options
-                             and _holds(new.jaxpr, C.optimization_barrier_p))):
+        # Printed only where it may be compiled (printing a large program costs
+        # more than sequencing it). A program XLA would miscompile with its
+        # barriers kept is never compiled.
+        text = str(new.jaxpr) if plan.changed or (
+            self._our_options != self._user_options
+            and _holds(new.jaxpr, C.optimization_barrier_p)) else None
+        if text is not None and text not in seen and \
+            not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)
           last = self._compile(p, args_flat, "sequenced", new, options, plain)
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
