@@ -463,11 +463,11 @@ class InplaceJitted:
                       tie_into=writers, materialise=True), len(candidates))
     # Copies at a conditional the analysis predicted XLA keeps in place as it is
     # (a branch that passes a buffer through beside one that rewrites it and
-    # reads the result, jax#16661), or inside one: every conditional that updates a buffer
-    # lowered to zero-or-one-trip loops, each update materialised; where copies
-    # still remain, lowered with clones of data movement instead (a read of the
-    # new value that jax.jit computes again from the old buffer keeps that form).
-    # One compile each (`Hints.lower`).
+    # reads the result, jax#16661), or inside one: every conditional that
+    # updates a buffer lowered to zero-or-one-trip loops, each update
+    # materialised; where copies still remain, lowered with clones of data
+    # movement instead (a read of the new value that jax.jit computes again from
+    # the old buffer keeps that form). One compile each (`Hints.lower`).
     sites = _cond_sites(C.params_jaxpr(p))
     if sites:
       for lowered in (_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,

@@ -142,7 +142,10 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
           and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
           # A branch that rewrites a buffer elementwise (no strong update) gains
           # nothing from a loop: XLA keeps the copy and the loop adds its own.
-          and (ctx.lower or not any(_weak_only(p, i, o) for p in plans for i, o in pairs)))
+          # Not so where the branch reads the result it rewrote, which jax.jit
+          # computes again from the old buffer: tried in a lowering round.
+          and (ctx.lower
+               or not any(_weak_only(p, i, o) for p in plans for i, o in pairs)))
 
 
 def _rewrites(plan, i: int, o: int) -> bool:
