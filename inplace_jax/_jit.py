@@ -444,13 +444,17 @@ class InplaceJitted:
       return hints
 
     hints = run(_plan.Hints(), 1 + REFINE_ROUNDS)
+    # The later rounds keep what the refinement rounds learnt.
+    learnt = _plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave)
+
+    def copies_remain() -> bool:
+      return best.report.verified and bool(_bytes(best, threshold)[0])
+
     start = len(candidates)
     for level in CLONE_LEVELS:
-      if not best.report.verified or not _bytes(best, threshold)[0] or \
-          len(candidates) >= start + CLONE_COMPILES:
+      if not copies_remain() or len(candidates) >= start + CLONE_COMPILES:
         break
-      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                      clone=level),
+      run(dataclasses.replace(learnt, clone=level),
           min(start + CLONE_COMPILES, len(candidates) + CLONE_LEVEL_COMPILES) - 1)
     # Copies that name no read to tie (the new value computed in another buffer
     # and copied in): one more compile with each update materialised and the
@@ -458,25 +462,24 @@ class InplaceJitted:
     # that it adds a candidate and changes none of the others.
     writers = frozenset().union(*(_unnamed_writers(c.report, threshold)
                                   for c in candidates if c.report.verified))
-    if best.report.verified and _bytes(best, threshold)[0] and writers:
-      run(_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                      tie_into=writers, materialise=True), len(candidates))
+    if copies_remain() and writers:
+      run(dataclasses.replace(learnt, tie_into=writers, materialise=True),
+          len(candidates))
     # Copies at a conditional the analysis predicted XLA keeps in place as it is
     # (a branch that passes a buffer through beside one that rewrites it and
     # reads the result, jax#16661), or inside one: every conditional that
     # updates a buffer lowered to zero-or-one-trip loops, each update
     # materialised; where copies still remain, lowered with clones of data
     # movement instead (a read of the new value that jax.jit computes again from
-    # the old buffer keeps that form). One compile each (`Hints.lower`).
-    sites = _cond_sites(C.params_jaxpr(p))
-    if sites:
-      for lowered in (_plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                                  tie_into=writers, materialise=True, lower=True),
-                      _plan.Hints(tie=hints.tie, through_updates=True, leave=hints.leave,
-                                  clone=2, lower=True)):
-        if best.report.verified and any(_at_conditional(c, sites) for c in
-                                        best.report.buffer_copies(threshold)):
-          run(lowered, len(candidates))
+    # the old buffer keeps that form). One compile each (`Hints.lower`). The
+    # conditionals' sites are found only where copies remain.
+    sites = _cond_sites(C.params_jaxpr(p)) if copies_remain() else frozenset()
+    for lowered in (dataclasses.replace(learnt, tie_into=writers, materialise=True,
+                                        lower=True),
+                    dataclasses.replace(learnt, clone=2, lower=True)):
+      if sites and best.report.verified and any(
+          _at_conditional(c, sites) for c in best.report.buffer_copies(threshold)):
+        run(lowered, len(candidates))
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
