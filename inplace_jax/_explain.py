@@ -309,4 +309,22 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
       in_place += [comp.by_name[n] for n, k in outputs.items()
                    if k == own and n in comp.by_name]
     writer = (writes or in_place)[0] if (writes or in_place) else None
+    if writer is not None:
+      # The update may read the copy itself (through a barrier's outputs), other
+      # than element by element: a row of it broadcast into an elementwise update
+      # (a one-trip loop XLA inlined, whose constant was read from the buffer).
+      # That fused read is why the update cannot run over the old value.
+      readers += _own_moved_reads(module, comp, writer, (done or ins).name)
   return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)
+
+
+def _own_moved_reads(module: HloModule, comp: Computation, writer: Instruction,
+                     name: str) -> list[Access]:
+  """The operations fused into `writer` that read `name` (under any of its names:
+  through a barrier's outputs and bitcasts) other than element by element."""
+  fused = _fused(module, writer)
+  if fused is None:
+    return []
+  return [_access(module, i) for k, o in enumerate(writer.operands)
+          if name in _origins(comp, o)
+          for i in _fused_readers(fused, k, _BITCAST) if i.opcode not in _SAME_INDEX]

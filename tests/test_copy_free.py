@@ -676,6 +676,38 @@ def update_recomputed_in_its_reader(x):
   return s, v, x
 
 
+def read_feeding_one_trip_scan(x, y):
+  """Fuzz seed 4700 #4681's class: a read of `y` feeds only a one-trip scan's
+  constant. XLA inlines the scan, so the read is fused into the elementwise update
+  and reads `y` at another index than it writes. The sequenced program's copy is
+  explained by that fused read (through the barrier's output), which the next round
+  ties."""
+  v = jnp.max(y, axis=0)
+  x = x.at[jnp.argmin(x[:, 13]) % 16].add(v)
+  c = y[8, -2]
+  def body(y, _):
+    return y + jnp.full(y.shape, c) * -0.1, None
+  y, _ = lax.scan(body, y, jnp.arange(1))
+  return x, v, y
+
+
+def zero_trip_loop_over_both_then_matmul(x, y):
+  """Fuzz seed 4700 #9029's class: a loop carries both buffers, and jax.jit copies
+  only `y`. The loop's result for `x` is computed without `y` (carry by carry, to
+  the fixpoint), so it is not tied as a read of `y`: tied, the barrier read the old
+  `x` unordered with its in-place update, and XLA copied `x` instead."""
+  def body(i, c):
+    x, y = c
+    return x.at[:, 1].set(0.0), y.at[1].min(7.0)
+  x, y = lax.fori_loop(0, jnp.int32(0) + 0, body, (x, y))
+  m = jnp.min(y, axis=1)
+  w = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(16, 16) % 3 - 1))(x)
+  x = x + w * -0.01
+  y = lax.dynamic_update_slice(y, w[:12, :12],
+                               (jnp.argmin(x[:, 13]) % 13, jnp.argmax(y[17]) % 3))
+  return y, x, m
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -688,13 +720,16 @@ def update_recomputed_in_its_reader(x):
     (update_then_call_slicing_it, ((24, 24), (4, 4))),
     (one_trip_while_then_read, ((64, 32), (4, 4))),
     (both_branches_update_flag_from_buffer, ((16, 16),)),
-    (update_recomputed_in_its_reader, ((16, 33),))],
+    (update_recomputed_in_its_reader, ((16, 33),)),
+    (read_feeding_one_trip_scan, ((16, 24), (16, 24))),
+    (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
          "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
          "update_then_call_slicing_it", "one_trip_while_then_read",
-         "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader"])
+         "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
+         "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -222,6 +222,8 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
       if not any(used[i] for i in operands):
         free.add(o)
     return free
+  if eqn.primitive is C.while_p and not eqn.effects:
+    return _while_outputs_free_of(eqn, operands)
   targets = {id(eqn.invars[i]) for i in operands if not C.is_literal(eqn.invars[i])}
   ins: list[Any] = []
   for v in eqn.invars:
@@ -235,4 +237,43 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
     _, used = C.dce_jaxpr(one, [True])
     if not any(u and id(v) in targets for v, u in zip(ins, used, strict=True)):
       free.add(o)
+  return free
+
+
+def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
+  """`outputs_free_of` for a while loop, carry by carry: JAX's dead-code rule keeps
+  every input of a loop any of whose outputs is used. A carry's final value is
+  computed from what its body reads, to the fixpoint, and from whatever decides the
+  number of trips (the condition's reads, to the fixpoint)."""
+  cond, body = eqn.params["cond_jaxpr"].jaxpr, eqn.params["body_jaxpr"].jaxpr
+  nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+  n = len(eqn.outvars)
+  # Each body output's direct inputs, as positions in `eqn.invars`.
+  def body_reads(j: int) -> set[int]:
+    _, used = C.dce_jaxpr(body, [k == j for k in range(n)])
+    return {nc + i for i, u in enumerate(used) if u}
+  direct = [body_reads(j) for j in range(n)]
+  _, used = C.dce_jaxpr(cond, [True])
+  trips = {i if i < nc else nc + nb + (i - nc) for i, u in enumerate(used) if u}
+
+  def closure(start: set[int]) -> set[int]:
+    out, stack = set(), list(start)
+    while stack:
+      i = stack.pop()
+      if i in out:
+        continue
+      out.add(i)
+      j = i - nc - nb
+      if j >= 0:                       # a carry: what its body output reads
+        stack.extend(direct[j])
+    return out
+
+  trip_inputs = closure(trips)
+  free = set()
+  for j, out in enumerate(eqn.outvars):
+    if C.is_drop_var(out):
+      continue
+    deps = closure(direct[j] | {nc + nb + j}) | trip_inputs
+    if not any(i in deps for i in operands):
+      free.add(j)
   return free
