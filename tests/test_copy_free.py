@@ -708,6 +708,26 @@ def zero_trip_loop_over_both_then_matmul(x, y):
   return y, x, m
 
 
+def lowered_cond_with_a_side_output(x, y):
+  """Fuzz seed 4700 #9680's class: a conditional lowered to loops keeps its scalar
+  output in a conditional of its own. Both need the index, read from `x`: XLA
+  computed it again in front of that conditional, unordered against the loop's
+  in-place write of `x`, and copied `x`. The index is read once, before a
+  barrier."""
+  v = lax.dynamic_slice(x, (jnp.argmin(y[:, 11]) % 26, jnp.argmin(y[:, 0]) % 16), (7, 1))
+  def br0(x, y):
+    return x, y, jnp.float32(0)
+  def br1(x, y):
+    y = lax.dynamic_update_slice(y, jnp.resize(v, (9, 8)),
+                                 (jnp.int32(5), jnp.argmax(y[19]) % 9))
+    x = x.at[3].set(jnp.maximum(jnp.resize(v, (16,)), 0))
+    return x, y, jnp.float32(0)
+  x, y, s = lax.cond(x[21, 5] > 0, br0, br1, x, y)
+  y = y.at[6:7, 14:16].set(3.0)
+  x = x.at[jnp.argmin(y[:, 4]) % 32].set(s)
+  return x * 0.5 + s, v, y
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -722,14 +742,16 @@ def zero_trip_loop_over_both_then_matmul(x, y):
     (both_branches_update_flag_from_buffer, ((16, 16),)),
     (update_recomputed_in_its_reader, ((16, 33),)),
     (read_feeding_one_trip_scan, ((16, 24), (16, 24))),
-    (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24)))],
+    (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24))),
+    (lowered_cond_with_a_side_output, ((32, 16), (32, 16)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
          "loop_result_picks_branch_reading_buffer", "one_step_loop_then_read",
          "update_then_call_slicing_it", "one_trip_while_then_read",
          "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
-         "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul"])
+         "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
+         "lowered_cond_with_a_side_output"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -226,7 +226,16 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   side = _side_outputs(branches, carried_out, carried_in, const_ops)
   other_out = [o for o in range(len(eqn.outvars))
                if o not in carried_out and o not in side]
-  new_eqns = _side_cond(eqn, branches, side, carried_in, index, ops, const_ops)
+  new_eqns: list[C.JaxprEqn] = []
+  if side and not C.is_literal(index):
+    # The side conditional and the loops both need the index: XLA recomputes a
+    # cheap one in front of each (`b[21, 5] > 0`), and the side conditional's read
+    # of a buffer the loops update in place, unordered against their writes,
+    # costs a copy of it (fuzz seed 4700 #9680). Read once, before a barrier.
+    # An integer: nothing to round.
+    tie, (index,) = _build.barrier_eqn([index], eqn)
+    new_eqns.append(tie)
+  new_eqns += _side_cond(eqn, branches, side, carried_in, index, ops, const_ops)
   zero_eqns, zeros = _build.trace_eqns(
       lambda: [_build.zeros(eqn.outvars[o].aval) for o in other_out], [], eqn)
   new_eqns += zero_eqns
