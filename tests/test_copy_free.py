@@ -728,6 +728,24 @@ def lowered_cond_with_a_side_output(x, y):
   return x * 0.5 + s, v, y
 
 
+def second_branch_loop_reads_a_column(x):
+  """Fuzz seed 4700 #4896's class: both branches update `x`, so the conditional
+  becomes two loops, and only the second reads a column of `x` taken before the
+  conditional. Unordered against the first loop's in-place write, that read cost a
+  copy; it is tied before the first loop with the trip counts."""
+  v1 = jnp.max(x, axis=0)
+  x = x.at[50:64, 19:22].mul(jnp.resize(v1, (14, 3)))
+  v2 = lax.dynamic_index_in_dim(x, jnp.argmin(x[:, 1]) % 32, 1, keepdims=False)
+  def br0(x):
+    return x.at[:, jnp.array([5, 10, 15, 30], dtype=jnp.int32)].add(
+        -jnp.resize(v2, (64, 4)))
+  def br1(x):
+    return x.at[jnp.argmax(x[56]) % 64, jnp.argmax(x[59]) % 32].set(3.0)
+  x = lax.cond(x[51, 25] > 0, br0, br1, x)
+  return lax.dynamic_update_slice(x, jnp.full((35, 4), 7.0),
+                                  (jnp.argmin(x[:, 3]) % 30, jnp.argmin(x[:, 16]) % 29))
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -743,7 +761,8 @@ def lowered_cond_with_a_side_output(x, y):
     (update_recomputed_in_its_reader, ((16, 33),)),
     (read_feeding_one_trip_scan, ((16, 24), (16, 24))),
     (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24))),
-    (lowered_cond_with_a_side_output, ((32, 16), (32, 16)))],
+    (lowered_cond_with_a_side_output, ((32, 16), (32, 16))),
+    (second_branch_loop_reads_a_column, ((64, 32),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -751,7 +770,7 @@ def lowered_cond_with_a_side_output(x, y):
          "update_then_call_slicing_it", "one_trip_while_then_read",
          "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
          "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
-         "lowered_cond_with_a_side_output"])
+         "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -249,21 +249,29 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
     flag_eqns, (flags[k],) = _build.trace_eqns(
         lambda i, k=k: (i == k).astype(np.int32), [index], eqn)
     new_eqns.extend(flag_eqns)
+  consts = [ops[i] for i in const_ops]
   if len(run) > 1 and not C.is_literal(index):
     # Every trip count before the first loop: XLA recomputes a cheap flag from
     # what the index was read from (a buffer the loops update in place) in front
     # of each loop, and a later loop's read, unordered against the earlier loops'
-    # writes, costs a copy of that buffer. Integers: nothing to round.
-    tie, outs = _build.barrier_eqn([flags[k] for k in run], eqn)
+    # writes, costs a copy of that buffer. Integers: nothing to round. So with the
+    # small operands the loops read (a row of a carried buffer that only the
+    # second loop reads, fuzz seed 4700 #4896): a loop's operand is materialised
+    # whether or not a barrier follows it, so the tie changes no value.
+    small = [k for k, v in enumerate(consts) if not C.is_literal(v) and not is_big(v.aval)]
+    tie, outs = _build.barrier_eqn([flags[k] for k in run] + [consts[k] for k in small],
+                                   eqn)
     new_eqns.append(tie)
-    flags = dict(zip(run, outs, strict=True))
+    flags = dict(zip(run, outs, strict=False))
+    for k, w in zip(small, outs[len(run):], strict=True):
+      consts[k] = w
   for k in run:
     branch, flag = branches[k], flags[k]
     body = _branch_as_body(branch, const_ops, carried_in, carried_out, other_out)
     cond = _flag_cond(len(carry), [a.aval for a in carry])
     outvars = [C.new_var(flag.aval)] + [C.new_var(a.aval) for a in carry]
     new_eqns.append(C.new_jaxpr_eqn(
-        [ops[i] for i in const_ops] + [flag] + carry, outvars, C.while_p,
+        consts + [flag] + carry, outvars, C.while_p,
         dict(cond_jaxpr=cond, body_jaxpr=body, cond_nconsts=0,
              body_nconsts=len(const_ops)),
         C.no_effects, eqn.source_info, eqn.ctx))
