@@ -746,6 +746,20 @@ def second_branch_loop_reads_a_column(x):
                                   (jnp.argmin(x[:, 3]) % 30, jnp.argmin(x[:, 16]) % 29))
 
 
+def row_update_beside_sum_of_a_column(x):
+  """Fuzz seed 4700 #898's class: the updating branch also sums a column read
+  before the conditional. XLA moves that sum out of a conditional (not out of a
+  loop), so a conditional whose loops would sum it is not lowered; the sum's output
+  stays in a conditional of its own, so this one is, and is in place."""
+  v = x[:, 20]
+  def br0(x):
+    return x, jnp.float32(0)
+  def br1(x):
+    return x.at[16].mul(1.5), jnp.sum(v)
+  x, s = lax.cond(x[28, 30] > 0, br0, br1, x)
+  return v, x.at[42:45, 3:13].set(s)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -762,7 +776,8 @@ def second_branch_loop_reads_a_column(x):
     (read_feeding_one_trip_scan, ((16, 24), (16, 24))),
     (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24))),
     (lowered_cond_with_a_side_output, ((32, 16), (32, 16))),
-    (second_branch_loop_reads_a_column, ((64, 32),))],
+    (second_branch_loop_reads_a_column, ((64, 32),)),
+    (row_update_beside_sum_of_a_column, ((48, 32),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -770,7 +785,8 @@ def second_branch_loop_reads_a_column(x):
          "update_then_call_slicing_it", "one_trip_while_then_read",
          "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
          "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
-         "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column"])
+         "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column",
+         "row_update_beside_sum_of_a_column"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

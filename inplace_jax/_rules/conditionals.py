@@ -11,6 +11,7 @@ it in place as it is.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,11 +78,11 @@ def _cond_rule(eqn, is_version, ctx):
            for b in branches]
   pairs = cond_carries(eqn, plans)
   subplans = tuple((("branches", k), p) for k, p in enumerate(plans))
-  lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx)
+  carries = functools.cache(lambda: _all_carries(eqn, mask, pairs, ctx, targets))
+  lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx, carries)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
   return EqnInfo(uses=uses, subplans=subplans,
-                 action=LowerCond(_all_carries(eqn, mask, pairs, ctx, targets))
-                 if lower else None)
+                 action=LowerCond(carries()) if lower else None)
 
 
 def _passed_through(branches) -> tuple[int | None, ...]:
@@ -118,7 +119,7 @@ def _all_carries(eqn, mask, pairs, ctx, targets) -> tuple[tuple[int, int], ...]:
   return tuple(pairs) + tuple(extra)
 
 
-def _should_lower(eqn, plans, pairs, ctx) -> bool:
+def _should_lower(eqn, plans, pairs, ctx, carries) -> bool:
   # Measured on CPU: a two-way conditional whose branch 0 (the false branch of
   # `lax.cond`) does not update the buffers in place (returns them untouched, or a
   # fresh value) is already copy-free once reads are tied before it, if its
@@ -137,7 +138,7 @@ def _should_lower(eqn, plans, pairs, ctx) -> bool:
   # With a constant index XLA keeps only the chosen branch: nothing to lower.
   return (not keeps_in_place and not ctx.manual
           and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn)
-          and not _hoistable_sensitive(eqn, pairs, ctx)
+          and not _hoistable_sensitive(eqn, pairs, ctx, carries)
           # XLA:CPU's f32 converts around 16-bit float loop carries copy them.
           and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
           # A branch that rewrites a buffer elementwise (no strong update) gains
@@ -160,21 +161,37 @@ def _weak_only(plan, i: int, o: int) -> bool:
           and plan.jaxpr.outvars[o] is not plan.jaxpr.invars[i])
 
 
-def _hoistable_sensitive(eqn, pairs, ctx) -> bool:
+def _hoistable_sensitive(eqn, pairs, ctx, carries) -> bool:
   """Whether a branch reduces (or applies a transcendental to) an operand that is
   computed by a fusible op outside: XLA moves such code out of a conditional and
   fuses it with that op, which it would not do from inside a loop, so lowering
-  would change the result's last bit (a gathered sum did, in the fuzzer)."""
+  would change the result's last bit (a gathered sum did, in the fuzzer).
+
+  Not where only outputs that stay in a conditional of their own reduce it
+  (`_side_outputs`: a sum of a small slice, beside a row update): XLA moves that
+  code out of the side conditional as it does under jax.jit."""
   carried = {i for i, _ in pairs}
+  branches = [b.jaxpr for b in eqn.params["branches"]]
+  hoistable = []
   for i, v in enumerate(eqn.invars[1:]):
     if i in carried or C.is_literal(v):
       continue
     producer = ctx.producer(v)
     if producer is None or not _traits.any_of(producer.primitive, _traits.TRANSPARENT):
       continue
-    if any(ctx.inner_sensitive(b.jaxpr, i) for b in eqn.params["branches"]):
-      return True
-  return False
+    if any(ctx.inner_sensitive(j, i) for j in branches):
+      hoistable.append(i)
+  if not hoistable:
+    return False
+  all_pairs = carries()
+  ins = [i for i, _ in all_pairs]
+  side = set(_side_outputs(eqn.params["branches"], [o for _, o in all_pairs], ins,
+                           [i for i in range(len(eqn.invars) - 1) if i not in ins]))
+  if not side:
+    return True
+  looped = [C.dce_jaxpr(j, [o not in side for o in range(len(j.outvars))],
+                        instantiate=True)[0] for j in branches]
+  return any(ctx.inner_sensitive(j, i) for i in hoistable for j in looped)
 
 
 def _zero_initialisable(aval) -> bool:
