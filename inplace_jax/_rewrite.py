@@ -16,7 +16,7 @@ from typing import Any
 from . import _compat as C
 from . import _traits
 from ._plan import Plan
-from ._rules import _build, rule_for, updates
+from ._rules import _build, outputs_free_of, rule_for, updates
 
 
 class Rewriter:
@@ -78,9 +78,14 @@ class _Emitter:
     # reason other tied reads are used through the barrier). Through it, a result
     # XLA would learn is constant (a loop of zero trips, a known branch) would be
     # hidden from its simplifier, which under jax.jit folds `-0.0 + 0.0` to -0.0.
-    self.control = {v for e in plan.jaxpr.eqns
+    # Not a loop XLA inlines (one trip, `EqnInfo.forwards_reads`): its results are
+    # the body's last operations, which XLA fuses into their users after the
+    # update as it does a slice (a one-trip scan's `max(b[0, 0])` fused into the
+    # scatter it feeds, fuzz seed 4700 #9197). Only results computed from an
+    # operand: a constant one stays visible to the simplifier.
+    self.control = {v for e, info in zip(plan.jaxpr.eqns, plan.infos, strict=True)
                     if _traits.has(e.primitive, _traits.Trait.CONTROL_FLOW)
-                    for v in e.outvars}
+                    for v in _kept_control(e, info)}
 
   def s(self, a):
     return a if C.is_literal(a) else self.subst.get(a, a)
@@ -122,6 +127,17 @@ class _Emitter:
       self.out.append(eqn.replace(invars=invars))
     else:
       self.out.append(eqn)
+
+
+def _kept_control(eqn, info) -> list:
+  """The results of control-flow `eqn` that a barrier ties without their later uses
+  reading its outputs: all of them, but for a loop XLA inlines, those computed
+  without any operand."""
+  if not info.forwards_reads:
+    return list(eqn.outvars)
+  free = outputs_free_of(
+      eqn, [i for i, v in enumerate(eqn.invars) if not C.is_literal(v)])
+  return [v for o, v in enumerate(eqn.outvars) if o in free]
 
 
 def _rewrite(plan: Plan, rewriter: Rewriter):

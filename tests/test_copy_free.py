@@ -760,6 +760,18 @@ def row_update_beside_sum_of_a_column(x):
   return v, x.at[42:45, 3:13].set(s)
 
 
+def one_step_scan_corner_feeds_scatter(x):
+  """Fuzz seed 4700 #9197's class: a one-step scan's result reads the carry it
+  returns, and feeds a scatter into that carry. XLA inlines the scan and fuses the
+  read into the scatter, which then reads what it overwrites: tied before the
+  scatter, the result is used through the barrier, as a slice is."""
+  def body(x, _):
+    x = x.at[13].add(7.0)
+    return x, jnp.max(x[0, 0])
+  x, m = lax.scan(body, x, jnp.arange(1))
+  return x.at[jnp.argmin(x[:, 9]) % 32, 1].max(jnp.max(m))
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -777,7 +789,8 @@ def row_update_beside_sum_of_a_column(x):
     (zero_trip_loop_over_both_then_matmul, ((32, 16), (24, 24))),
     (lowered_cond_with_a_side_output, ((32, 16), (32, 16))),
     (second_branch_loop_reads_a_column, ((64, 32),)),
-    (row_update_beside_sum_of_a_column, ((48, 32),))],
+    (row_update_beside_sum_of_a_column, ((48, 32),)),
+    (one_step_scan_corner_feeds_scatter, ((32, 32),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -786,7 +799,7 @@ def row_update_beside_sum_of_a_column(x):
          "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
          "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
          "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column",
-         "row_update_beside_sum_of_a_column"])
+         "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
