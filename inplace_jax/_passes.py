@@ -135,20 +135,31 @@ def _pruned_while(eqn, used):
     if not more:
       break
     live |= more
-  if len(live) == n:
+  # Constants neither the body (for the live carries) nor the condition reads: a
+  # carry JAX forwards around the loop stays behind as one (a buffer the loop
+  # passes through), and would order the loop after that buffer's updates.
+  keep_cc = [v in cond_used for v in cond.jaxpr.invars[:nc]]
+  keep_bc = list(used_in[:nb])
+  if len(live) == n and all(keep_cc) and all(keep_bc):
     return eqn
   keep = [i in live for i in range(n)]
   new_body, _ = C.dce_jaxpr(body.jaxpr, keep, instantiate=True)
   new_body = new_body.replace(
-      invars=[v for k, v in enumerate(new_body.invars) if k < nb or keep[k - nb]],
+      invars=[v for k, v in enumerate(new_body.invars)
+              if (keep_bc[k] if k < nb else keep[k - nb])],
       debug_info=C.loose_debug_info(new_body.debug_info))
   new_cond = cond.jaxpr.replace(
-      invars=[v for k, v in enumerate(cond.jaxpr.invars) if k < nc or keep[k - nc]],
+      invars=[v for k, v in enumerate(cond.jaxpr.invars)
+              if (keep_cc[k] if k < nc else keep[k - nc])],
       debug_info=C.loose_debug_info(cond.jaxpr.debug_info))
+  cconsts, bconsts = eqn.invars[:nc], eqn.invars[nc:nc + nb]
   carries = eqn.invars[nc + nb:]
   params = dict(p, body_jaxpr=C.ClosedJaxpr(new_body, body.consts),
-                cond_jaxpr=C.ClosedJaxpr(new_cond, cond.consts))
-  return eqn.replace(invars=list(eqn.invars[:nc + nb]) + [v for v, k in zip(carries, keep) if k],
+                cond_jaxpr=C.ClosedJaxpr(new_cond, cond.consts),
+                cond_nconsts=sum(keep_cc), body_nconsts=sum(keep_bc))
+  return eqn.replace(invars=[v for v, k in zip(cconsts, keep_cc) if k]
+                     + [v for v, k in zip(bconsts, keep_bc) if k]
+                     + [v for v, k in zip(carries, keep) if k],
                      outvars=[v for v, k in zip(eqn.outvars, keep) if k], params=params)
 
 

@@ -772,6 +772,28 @@ def one_step_scan_corner_feeds_scatter(x):
   return x.at[jnp.argmin(x[:, 9]) % 32, 1].max(jnp.max(m))
 
 
+def loop_passes_through_buffers_updated_before(x, y, z):
+  """Fuzz seed 4700 #2494's class: a loop passes `y` and `z` through, which JAX
+  forwards around it, leaving them behind as constants the body never reads. They
+  made the loop wait for `z`'s update, and so the tie of `y`'s column read (by
+  that update's index) came after it, a barrier output nothing used, which XLA
+  drops. Constants the loop does not read are dead code."""
+  a = y[2]
+  y = y.at[2].set(y[5])
+  y = y.at[5].set(a)
+  v = x[4:7, 7:8]
+  z = lax.dynamic_update_slice(z, jnp.full((29, 24), 1.5),
+                               (jnp.argmin(y[:, 13]) % 4, jnp.int32(0)))
+  def body(c):
+    i, x, y, z, s = c
+    x = x.at[:, jnp.array([4, 2, 8], dtype=jnp.int32)].add(1.0)
+    return i + 1, x, y, z, s + jnp.sum(v - -v)
+  _, x, y, z, s = lax.while_loop(lambda c: c[0] < 0, body,
+                                 (jnp.int32(0), x, y, z, jnp.float32(0)))
+  y = y.at[jnp.array([18], dtype=jnp.int32)].set(-s)
+  return z, x, y
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -790,7 +812,8 @@ def one_step_scan_corner_feeds_scatter(x):
     (lowered_cond_with_a_side_output, ((32, 16), (32, 16))),
     (second_branch_loop_reads_a_column, ((64, 32),)),
     (row_update_beside_sum_of_a_column, ((48, 32),)),
-    (one_step_scan_corner_feeds_scatter, ((32, 32),))],
+    (one_step_scan_corner_feeds_scatter, ((32, 32),)),
+    (loop_passes_through_buffers_updated_before, ((8, 9), (16, 24), (32, 24)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -799,7 +822,8 @@ def one_step_scan_corner_feeds_scatter(x):
          "both_branches_update_flag_from_buffer", "update_recomputed_in_its_reader",
          "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
          "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column",
-         "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter"])
+         "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter",
+         "loop_passes_through_buffers_updated_before"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
