@@ -30,6 +30,10 @@ class LowerCond:
   """Rewrite action: lower the conditional to zero-or-one-trip loops carrying these
   (operand, output) pairs (operand positions exclude the index)."""
   carries: tuple[tuple[int, int], ...]
+  # Positions in `eqn.invars` (0: the index) of the operands computed by the
+  # conditional's jaxpr (not constants XLA folds, not its inputs): those a
+  # barrier in front of the loops may tie.
+  computed: tuple[int, ...] = ()
   stat = "lowered_conds"
 
 
@@ -81,8 +85,13 @@ def _cond_rule(eqn, is_version, ctx):
   carries = functools.cache(lambda: _all_carries(eqn, mask, pairs, ctx, targets))
   lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx, carries)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
+  # Computed here: not an input, which may be a constant (a closed-over index
+  # array), and not folded from constants.
+  computed = tuple(i for i, v in enumerate(eqn.invars)
+                   if not C.is_literal(v) and ctx.producer(v) is not None
+                   and not ctx.constant(v))
   return EqnInfo(uses=uses, subplans=subplans,
-                 action=LowerCond(carries()) if lower else None)
+                 action=LowerCond(carries(), computed) if lower else None)
 
 
 def _passed_through(branches) -> tuple[int | None, ...]:
@@ -209,7 +218,8 @@ def _can_lower_cond(eqn) -> bool:
 
 def _cond_rewrite(eqn, info, invars, params):
   if isinstance(info.action, LowerCond):
-    return lower_cond(eqn, params["branches"], info.action.carries, invars)
+    return lower_cond(eqn, params["branches"], info.action.carries, invars,
+                      info.action.computed)
   return [eqn.replace(invars=invars, params=params)]
 
 
@@ -221,8 +231,8 @@ def _cond_bindings(eqn, pos):
 
 
 def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
-               pairs: Sequence[tuple[int, int]], invars: Sequence[Any]
-               ) -> list[C.JaxprEqn]:
+               pairs: Sequence[tuple[int, int]], invars: Sequence[Any],
+               computed: Sequence[int] = ()) -> list[C.JaxprEqn]:
   """A `cond`/`switch` as a chain of while loops of zero or one trip each.
 
   Branch k becomes the body of loop k, entered iff the index is k; the buffers in
@@ -244,7 +254,7 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   other_out = [o for o in range(len(eqn.outvars))
                if o not in carried_out and o not in side]
   new_eqns: list[C.JaxprEqn] = []
-  if side and not C.is_literal(index):
+  if side and 0 in computed:
     # The side conditional and the loops both need the index: XLA recomputes a
     # cheap one in front of each (`b[21, 5] > 0`), and the side conditional's read
     # of a buffer the loops update in place, unordered against their writes,
@@ -274,8 +284,11 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
     # writes, costs a copy of that buffer. Integers: nothing to round. So with the
     # small operands the loops read (a row of a carried buffer that only the
     # second loop reads, fuzz seed 4700 #4896): a loop's operand is materialised
-    # whether or not a barrier follows it, so the tie changes no value.
-    small = [k for k, v in enumerate(consts) if not C.is_literal(v) and not is_big(v.aval)]
+    # whether or not a barrier follows it, so the tie changes no value. Not a
+    # constant (`computed`): behind a barrier XLA would not fold it into the
+    # loops' code (a constant matrix a branch multiplies by: seed 4700 #879).
+    small = [k for k, v in enumerate(consts) if 1 + const_ops[k] in computed
+             and not C.is_literal(v) and not is_big(v.aval)]
     tie, outs = _build.barrier_eqn([flags[k] for k in run] + [consts[k] for k in small],
                                    eqn)
     new_eqns.append(tie)
