@@ -283,10 +283,11 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
     # of each loop, and a later loop's read, unordered against the earlier loops'
     # writes, costs a copy of that buffer. Integers: nothing to round. So with the
     # small operands the loops read (a row of a carried buffer that only the
-    # second loop reads, fuzz seed 4700 #4896): a loop's operand is materialised
-    # whether or not a barrier follows it, so the tie changes no value. Not a
+    # second loop reads, fuzz seed 4700 #4896): a conditional's operand is
+    # materialised as a loop's is, whether or not a barrier follows it (the
+    # fingerprint checks what a tie changes, as for every tie). Not a
     # constant (`computed`): behind a barrier XLA would not fold it into the
-    # loops' code (a constant matrix a branch multiplies by: seed 4700 #879).
+    # loops' code (a closed-over index array a branch gathers with: seed 4700 #879).
     small = [k for k, v in enumerate(consts) if 1 + const_ops[k] in computed
              and not C.is_literal(v) and not is_big(v.aval)]
     tie, outs = _build.barrier_eqn([flags[k] for k in run] + [consts[k] for k in small],
