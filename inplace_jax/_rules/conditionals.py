@@ -85,13 +85,14 @@ def _cond_rule(eqn, is_version, ctx):
   carries = functools.cache(lambda: _all_carries(eqn, mask, pairs, ctx, targets))
   lower = bool(pairs) and _should_lower(eqn, plans, pairs, ctx, carries)
   uses = tuple(InplaceUse(1 + i, o) for i, o in pairs)
+  if not lower:
+    return EqnInfo(uses=uses, subplans=subplans)
   # Computed here: not an input, which may be a constant (a closed-over index
   # array), and not folded from constants.
   computed = tuple(i for i, v in enumerate(eqn.invars)
                    if not C.is_literal(v) and ctx.producer(v) is not None
                    and not ctx.constant(v))
-  return EqnInfo(uses=uses, subplans=subplans,
-                 action=LowerCond(carries(), computed) if lower else None)
+  return EqnInfo(uses=uses, subplans=subplans, action=LowerCond(carries(), computed))
 
 
 def _passed_through(branches) -> tuple[int | None, ...]:
@@ -192,10 +193,7 @@ def _hoistable_sensitive(eqn, pairs, ctx, carries) -> bool:
       hoistable.append(i)
   if not hoistable:
     return False
-  all_pairs = carries()
-  ins = [i for i, _ in all_pairs]
-  side = set(_side_outputs(eqn.params["branches"], [o for _, o in all_pairs], ins,
-                           [i for i in range(len(eqn.invars) - 1) if i not in ins]))
+  side = set(_lowered_side(eqn.params["branches"], carries(), len(eqn.invars) - 1))
   if not side:
     return True
   looped = [C.dce_jaxpr(j, [o not in side for o in range(len(j.outvars))],
@@ -250,7 +248,7 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   carried_in = [i for i, _ in pairs]
   carried_out = [o for _, o in pairs]
   const_ops = [i for i in range(len(ops)) if i not in carried_in]
-  side = _side_outputs(branches, carried_out, carried_in, const_ops)
+  side = _lowered_side(branches, pairs, len(ops))
   other_out = [o for o in range(len(eqn.outvars))
                if o not in carried_out and o not in side]
   new_eqns: list[C.JaxprEqn] = []
@@ -340,6 +338,13 @@ def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
   closed = jax.make_jaxpr(cond)(*shapes)
   assert len(closed.jaxpr.invars) == n_carry + 1
   return closed
+
+
+def _lowered_side(branches: Sequence[C.ClosedJaxpr], pairs, n_ops: int) -> list[int]:
+  """`_side_outputs` of a conditional with `n_ops` operands lowered carrying `pairs`."""
+  carried_in = [i for i, _ in pairs]
+  return _side_outputs(branches, [o for _, o in pairs], carried_in,
+                       [i for i in range(n_ops) if i not in carried_in])
 
 
 def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out, carried_in,
