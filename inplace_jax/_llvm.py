@@ -89,7 +89,61 @@ def _functions(text: str) -> list[dict[str, list[str]]]:
     line = _METADATA.sub("", line).strip()
     if line and not line.startswith(";"):
       blocks[block].append(line)
-  return [_interned(f) for f in out]
+  return [_interned(_selects_branched(f)) for f in out]
+
+
+# A scalar select whose condition is a compare of one use and one of whose values
+# is a division of one use: LLVM's CodeGenPrepare (x86, where a predictable select
+# costs more than a branch) turns it into a branch, and what follows the select in
+# its block goes to another block. A product before it is then never contracted
+# into an add after it: XLA's tanh selects `|x| < 4e-4 ? x : p / q`, and in a
+# kernel of scalar code `b * 0.9 + tanh(c)` rounds twice, where vector code (a
+# vector select is never branched) computes one FMA (fuzz seed 4900 #2723,
+# docs/xla_notes.md). Splitting where no branch is made only reads fewer
+# contractions alike in both programs compared; not splitting where one is made
+# would read a contraction that does not happen.
+_BRANCHED_SELECT = re.compile(
+    r"^select\s+(?:fast\s+|nnan\s+|ninf\s+|nsz\s+)*i1\s+(%[\w.\-]+),\s*"
+    r"(?:half|bfloat|float|double)\s+(\S+),\s*(?:half|bfloat|float|double)\s+(\S+)$")
+_EXPENSIVE = re.compile(r"^(?:fdiv|frem)\b|^(?:tail\s+)?call\b.*@llvm\.sqrt\.")
+
+
+def _selects_branched(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
+  """`blocks` with each block split after the instructions that precede a select
+  LLVM turns into a branch (`_BRANCHED_SELECT`): the select and what follows it
+  read as another block."""
+  rhs: dict[str, str] = {}
+  uses: collections.Counter = collections.Counter()
+  for lines in blocks.values():
+    for line in lines:
+      m = _DEFINE.match(line)
+      if m:
+        rhs[m.group(1)] = m.group(2)
+      uses.update(_VALUE.findall(m.group(2) if m else line))
+
+  def branched(text: str) -> bool:
+    s = _BRANCHED_SELECT.match(text)
+    if s is None:
+      return False
+    cond, *values = s.groups()
+    if uses[cond] != 1 or _opcode(rhs.get(cond, "")) not in ("fcmp", "icmp"):
+      return False
+    return any(uses[v] == 1 and _EXPENSIVE.match(rhs.get(v, "")) for v in values)
+
+  if not any(branched(t) for t in rhs.values()):
+    return blocks
+  out: dict[str, list[str]] = {}
+  for label, lines in blocks.items():
+    part, k = label, 0
+    out[part] = []
+    for line in lines:
+      m = _DEFINE.match(line)
+      if m and branched(m.group(2)):
+        k += 1
+        part = f"{label}~{k}"
+        out[part] = []
+      out[part].append(line)
+  return out
 
 
 def _interned(blocks: dict[str, list[str]]) -> dict[str, list[str]]:

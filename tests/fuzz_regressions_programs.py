@@ -1122,6 +1122,35 @@ def scatter_add_in_loop_with_dropped_carry(b0, b1, b2):
   (b1, _) = lax.cond(b0[6, 12] > 0, br2_0, br2_1, b1)
   return (b0, b0[4:24, 14:22], b1, v1, b2,)
 
+
+def tanh_add_after_row_set_in_two_trip_loop(b0, b1):
+  """Long run seed 4900 #2723 (found at 16ca8b1, wrong since before f184b44),
+  shrunk. Oracle: inexact (238 of 576 elements of b0, 1 ulp). In a branch's loop
+  of two trips, `b0 = dynamic_update_index_in_dim(b0, v1, ...)` then
+  `b0 * 0.9 + tanh(b1)`: jax.jit fuses the row update, the product, the tanh and
+  the add into one kernel of scalar code, where LLVM turns the select of XLA's
+  tanh (`|x| < 4e-4 ? x : p / q`) into a branch, so the product before it is
+  rounded on its own; the candidate tied the row update (and the tanh), and the
+  kernel left, vector code, computes one FMA. The kernels' IR read the two alike.
+  Such a select now ends a block in the IR's reading (`_llvm._selects_branched`):
+  the candidate is refused, a smaller copy stays."""
+  v1 = jnp.min(b1, axis=1)
+
+  def br2_0(b0, b1):
+    return (b0, b1)
+
+  def br2_1(b0, b1):
+    def body4(i4, c4):
+      (b0, b1) = c4
+      b1 = b1.at[5, 5].set(-2.0)
+      b0 = lax.dynamic_update_index_in_dim(b0, v1, jnp.argmin(b1[:, 7]) % 24 - 25, 0)
+      v5 = jnp.tanh(b1)
+      b0 = b0 * 0.9 + v5
+      b1 = b1 - 0.5 * b0
+      return (b0, b1)
+    return lax.fori_loop(0, jnp.int32(1) + 1, body4, (b0, b1))
+  return lax.cond(b0[16, 14] > 0, br2_0, br2_1, b0, b1)
+
 REGRESSIONS = [
     _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
           data="normal", data_seed=1741133617),
@@ -1232,4 +1261,6 @@ REGRESSIONS = [
           data="integer", data_seed=403451585),
     _case(scatter_add_in_loop_with_dropped_carry, f32("b0", 24, 32), f32("b1", 24, 32),
           f32("b2", 24, 24), data="normal", data_seed=736891682),
+    _case(tanh_add_after_row_set_in_two_trip_loop, f32("b0", 24, 24), f32("b1", 24, 24),
+          data="special", data_seed=157825137),
 ]

@@ -614,3 +614,37 @@ def test_lane_transcendentals_match_scalar_code(name):
   same = (vector.view(np.uint32) == scalar.view(np.uint32)) | (
       np.isnan(vector) & np.isnan(scalar))
   assert same.all() == (name != "tan"), int((~same).sum())
+
+
+def _row_set_then_tanh_step(b, c, v):
+  b = lax.dynamic_update_index_in_dim(b, v, 3, 0)
+  return b * 0.9 + jnp.tanh(c)
+
+
+def test_a_select_llvm_branches_ends_a_block():
+  """Measured on this machine's XLA:CPU: `b.at[3].set(v) * 0.9 + tanh(c)` with `b`
+  donated is one kernel of scalar code, where LLVM turns tanh's select of a
+  division into a branch: the product is rounded before the add. Not donated, the
+  kernel is vector code and computes one FMA. The IR's reading tells the two
+  apart (`_llvm._selects_branched`; fuzz seed 4900 #2723)."""
+  import numpy as np
+  b, c = (np.asarray(_fresh((24, 24), seed=s)) for s in (1, 2))
+  v = np.asarray(_fresh((24,), seed=3))
+  row_set = b.copy()
+  row_set[3] = v
+  t = np.asarray(jax.jit(jnp.tanh)(c))
+  fused = (row_set.astype(np.float64) * np.float64(np.float32(0.9)) + t).astype(np.float32)
+  rounded = row_set * np.float32(0.9) + t
+  assert (fused != rounded).any()
+  kernels = {}
+  for donate in ((), (0,)):
+    fn = jax.jit(_row_set_then_tanh_step, donate_argnums=donate)
+    got = np.asarray(fn(jnp.asarray(b), jnp.asarray(c), jnp.asarray(v)))
+    assert (got == (rounded if donate else fused)).all()
+    lowered = fn.lower(jnp.asarray(b), jnp.asarray(c), jnp.asarray(v))
+    kernels[donate] = _llvm.read(C.optimised_ir(
+        lambda folder, lowered=lowered: lowered.compile(
+            compiler_options={C.DUMP_OPTION: folder})))
+  scalar, vector = kernels[(0,)], kernels[()]
+  assert not _llvm.same_semantics(scalar, vector)
+  assert not _llvm.same_semantics(vector, scalar)
