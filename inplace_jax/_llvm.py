@@ -93,15 +93,15 @@ def _functions(text: str) -> list[dict[str, list[str]]]:
 
 
 # A select on one (scalar) condition, a compare of one use, one of whose values
-# is a division of one use: LLVM's CodeGenPrepare (x86, where a predictable select
-# costs more than a branch) turns it into a branch, and what follows the select in
-# its block goes to another block. A product before it is then never contracted
-# into an add after it: XLA's tanh selects `|x| < 4e-4 ? x : p / q`, and in a
-# kernel of scalar code `b * 0.9 + tanh(c)` rounds twice, where vector code (a
-# select on a vector of conditions is never branched) computes one FMA (fuzz seed 4900 #2723,
-# docs/xla_notes.md). Splitting where no branch is made only reads fewer
-# contractions alike in both programs compared; not splitting where one is made
-# would read a contraction that does not happen.
+# is a division of one use: LLVM's CodeGenPrepare (x86, where a predictable
+# select costs more than a branch) turns it into a branch, and what follows the
+# select in its block goes to another block. A product before it is then never
+# contracted into an add after it: XLA's tanh selects `|x| < 4e-4 ? x : p / q`,
+# and in a kernel of scalar code `b * 0.9 + tanh(c)` rounds twice, where vector
+# code (a select on a vector of conditions is never branched) computes one FMA
+# (fuzz seed 4900 #2723, docs/xla_notes.md). Splitting where no branch is made
+# only reads fewer contractions, alike in both programs compared; not splitting
+# where one is made would read a contraction that does not happen.
 _SELECTED_TYPE = r"(?:<\d+ x )?(?:half|bfloat|float|double)>?"
 _BRANCHED_SELECT = re.compile(
     r"^select\s+(?:fast\s+|nnan\s+|ninf\s+|nsz\s+)*i1\s+(%[\w.\-]+),\s*"
