@@ -648,3 +648,22 @@ def test_a_select_llvm_branches_ends_a_block():
   scalar, vector = kernels[(0,)], kernels[()]
   assert not _llvm.same_semantics(scalar, vector)
   assert not _llvm.same_semantics(vector, scalar)
+
+
+def _row_set_then_sqrt_step(b, c, v):
+  b = lax.dynamic_update_index_in_dim(b, v, 3, 0)
+  return b * 0.9 + jnp.where(c < 0.5, c, jnp.sqrt(jnp.abs(c)))
+
+
+def test_a_select_of_a_sqrt_is_not_branched():
+  """The other side of `_llvm._selects_branched`, measured: with a `sqrt` in place
+  of the division, scalar code (donated) and vector code (not) give the same bits,
+  so LLVM keeps the select and the multiply-add in one block, and the reading
+  does not split there."""
+  import numpy as np
+  b, c = (_fresh((24, 24), seed=s) for s in (1, 2))
+  v = _fresh((24,), seed=3)
+  got = [np.asarray(jax.jit(_row_set_then_sqrt_step, donate_argnums=d)(
+      jnp.array(b), c, v)) for d in ((), (0,))]
+  assert (got[0] == got[1]).all()
+  assert not _llvm._EXPENSIVE.match("call float @llvm.sqrt.f32(float %x)")
