@@ -1164,36 +1164,3 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   ga, gb = groups(a), groups(b)
   return ga is not None and gb is not None and ga.keys() == gb.keys() and all(
       len(ga[k]) == 1 and ga[k] == gb[k] for k in ga)
-
-
-def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
-  """Whether an expression some kernel of either program forms two ways (a product
-  contracted in one kernel, rounded on its own in another) is computed by other
-  kernels in the two programs. Then equal counts of forms do not say which
-  output elements take which form: the kernel that writes most rows of an
-  update can contract where the other program's rounds (fuzz seed 5100 #6690).
-  Kernels are compared by their text (`_interned`: one object per text)."""
-  if not a.functions or not b.functions:
-    return False
-  materialised = _materialised(a, b)
-
-  def table(k: Kernels):
-    forms: dict[str, set[str]] = collections.defaultdict(set)
-    where: dict[str, set[int]] = collections.defaultdict(set)
-    for blocks in k.functions:
-      semantics = _Semantics(blocks, materialised)
-      try:
-        pairs = semantics.groups()
-      except RecursionError:
-        return None
-      for g, r in pairs:
-        forms[g].add(r)
-        where[g].add(id(blocks))
-    return forms, where
-
-  ta, tb = table(a), table(b)
-  if ta is None or tb is None:
-    return True
-  (fa, wa), (fb, wb) = ta, tb
-  ambiguous = {g for g in (*fa, *fb) if len(fa.get(g, ())) > 1 or len(fb.get(g, ())) > 1}
-  return any(wa.get(g, set()) != wb.get(g, set()) for g in ambiguous)
