@@ -115,14 +115,7 @@ def _selects_branched(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
   """`blocks` with each block split after the instructions that precede a select
   LLVM turns into a branch (`_BRANCHED_SELECT`): the select and what follows it
   read as another block."""
-  rhs: dict[str, str] = {}
-  uses: collections.Counter = collections.Counter()
-  for lines in blocks.values():
-    for line in lines:
-      m = _DEFINE.match(line)
-      if m:
-        rhs[m.group(1)] = m.group(2)
-      uses.update(_VALUE.findall(m.group(2) if m else line))
+  rhs, _, uses, _ = _define(blocks)
 
   def branched(text: str) -> bool:
     s = _BRANCHED_SELECT.match(text)
@@ -133,7 +126,8 @@ def _selects_branched(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
       return False
     return any(uses[v] == 1 and _EXPENSIVE.match(rhs.get(v, "")) for v in values)
 
-  if not any(branched(t) for t in rhs.values()):
+  splits = {name for name, text in rhs.items() if branched(text)}
+  if not splits:
     return blocks
   out: dict[str, list[str]] = {}
   for label, lines in blocks.items():
@@ -141,7 +135,7 @@ def _selects_branched(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
     out[part] = []
     for line in lines:
       m = _DEFINE.match(line)
-      if m and branched(m.group(2)):
+      if m and m.group(1) in splits:
         k += 1
         part = f"{label}~{k}"
         out[part] = []
