@@ -360,11 +360,17 @@ class InplaceJitted:
           and not _llvm.recomputes_unloadably(mine, theirs)) and \
           not _llvm.same_semantics(mine, theirs):
         return cand
+      if _llvm.kernels_of_ambiguous_forms_differ(mine, theirs):
+        return cand
       return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
     if mine.contractions != theirs.contractions and not (
         _llvm.contractions_match(mine, theirs)
         and not _llvm.recomputes_unloadably(mine, theirs)) and \
         not _llvm.same_semantics(mine, theirs):
+      return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
+    if _llvm.kernels_of_ambiguous_forms_differ(mine, theirs):
+      # Forms counted alike, but other kernels compute an expression formed two
+      # ways: which elements take which form is not known (fuzz seed 5100 #6690).
       return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
     return cand
 

@@ -1158,3 +1158,52 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   ga, gb = groups(a), groups(b)
   return ga is not None and gb is not None and ga.keys() == gb.keys() and all(
       len(ga[k]) == 1 and ga[k] == gb[k] for k in ga)
+
+
+_ICMP_CONSTANT = re.compile(r"^icmp\s+\w+\s+i\d+\s+\S+,\s*(-?\d+)$")
+
+
+def _extent(blocks: dict[str, list[str]]) -> tuple:
+  """What says how many elements a kernel computes besides its text: its loops'
+  integer compares with constants (trip counts, rows picked out), sorted; () for
+  straight-line code, where each instance of an expression is one element."""
+  rhs, _, _, _ = _definitions(blocks)
+  loops = any(_opcode(t) == "phi" for t in rhs.values())
+  return (loops, tuple(sorted({int(m.group(1)) for t in rhs.values()
+                               if (m := _ICMP_CONSTANT.match(t))})))
+
+
+def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
+  """Whether an expression some kernel of either program forms two ways (a product
+  contracted in one kernel, rounded on its own in another) is computed in the two
+  programs by kernels that differ in how many instances of each form they hold
+  or in their loops' extents (`_extent`). Then equal counts of forms do not say
+  which output elements take which form: the kernel that writes most rows of an
+  update can contract where the other program's rounds (fuzz seed 5100 #6690,
+  where jax.jit contracts in a straight-line kernel of one row and the candidate
+  in a loop over all rows). Kernels that differ in text but not in these (an
+  update in place beside one that writes a new buffer) compute each form for as
+  many elements in both."""
+  if not a.functions or not b.functions:
+    return False
+  materialised = _materialised(a, b)
+
+  def table(k: Kernels):
+    forms: dict[str, set[str]] = collections.defaultdict(set)
+    kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for blocks in k.functions:
+      per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+      for g, r in _Semantics(blocks, materialised).groups():
+        forms[g].add(r)
+        per[g][r] += 1
+      extent = _extent(blocks) if per else None
+      for g, counts in per.items():
+        kernels[g][(frozenset(counts.items()), extent)] += 1
+    return forms, kernels
+
+  try:
+    (fa, ka), (fb, kb) = table(a), table(b)
+  except RecursionError:
+    return True
+  ambiguous = {g for g in (*fa, *fb) if len(fa.get(g, ())) > 1 or len(fb.get(g, ())) > 1}
+  return any(ka.get(g) != kb.get(g) for g in ambiguous)

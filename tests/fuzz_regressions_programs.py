@@ -1162,9 +1162,13 @@ def row_update_then_row_swap_kernels_swap_roles(b0, b1, b2):
   4 elements, the candidate's contracts it into one FMA in all but 4: the kernel
   that writes most rows hoists the product in one program and not in the other,
   and the other kernel does the opposite. Both programs' kernels hold the same
-  expressions the same number of times, so the kernels' IR reads them as equal:
+  expressions the same number of times, so the kernels' IR read them as equal:
   the blind spot docs/xla_notes.md names ("which output element takes which of two
-  expressions"). Open."""
+  expressions"). Fixed: where an expression is formed two ways, each program's
+  kernels computing it must hold as many instances of each form over the same
+  loops (`_llvm.kernels_of_ambiguous_forms_differ`); here jax.jit contracts in a
+  straight-line kernel of one row and the candidate in a loop over all rows, and
+  jax.jit's program runs."""
   v3 = b2[0]
   b1 = b1 + v3 * -0.1
   v6 = b1[39]
@@ -1285,7 +1289,5 @@ REGRESSIONS = [
     _case(tanh_add_after_row_set_in_two_trip_loop, f32("b0", 24, 24), f32("b1", 24, 24),
           data="special", data_seed=157825137),
     _case(row_update_then_row_swap_kernels_swap_roles, Buf("b0", (9, 9), "float32"),
-          f32("b1", 64, 24), f32("b2", 64, 24), data_seed=170969877,
-          known_failure="seed 5100 #6690: two kernels computing one expression swap "
-          "which output rows they write; the kernels' IR compares them as sets"),
+          f32("b1", 64, 24), f32("b2", 64, 24), data_seed=170969877),
 ]
