@@ -1115,6 +1115,21 @@ def recomputes_unloadably(a: Kernels, b: Kernels) -> bool:
              for blocks in (*a.functions, *b.functions))
 
 
+def _groups(blocks: dict[str, list[str]], materialised: frozenset[str]
+            ) -> tuple[list[tuple[str, str]], bool]:
+  """`_Semantics(blocks, materialised)`'s groups and whether it refused, memoised:
+  a kernel both programs compile alike (most are) is read once, for every
+  candidate of a decision where the stored forms are the same (`_interned`)."""
+  key = (id(blocks), materialised)
+  hit = _GROUPS_MEMO.get(key)
+  if hit is None or hit[0] is not blocks:
+    if len(_GROUPS_MEMO) > 4096:
+      _GROUPS_MEMO.clear()
+    semantics = _Semantics(blocks, materialised)
+    hit = _GROUPS_MEMO[key] = (blocks, semantics.groups(), semantics.refused)
+  return hit[1], hit[2]
+
+
 def same_semantics(a: Kernels, b: Kernels) -> bool:
   """Whether two programs' kernels round every value alike, read as one lane's
   operations that round (`_Semantics`), values that some kernel stores and the
@@ -1133,22 +1148,10 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
     return False
   materialised = _materialised(a, b)
 
-  # A kernel both programs compile alike (most are) is read once, for every
-  # candidate of a decision where the stored forms are the same (`_interned`).
-  def read(blocks: dict[str, list[str]]) -> tuple[list[tuple[str, str]], bool]:
-    key = (id(blocks), materialised)
-    hit = _GROUPS_MEMO.get(key)
-    if hit is None or hit[0] is not blocks:
-      if len(_GROUPS_MEMO) > 4096:
-        _GROUPS_MEMO.clear()
-      semantics = _Semantics(blocks, materialised)
-      hit = _GROUPS_MEMO[key] = (blocks, semantics.groups(), semantics.refused)
-    return hit[1], hit[2]
-
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
     for blocks in k.functions:
-      pairs, refused = read(blocks)
+      pairs, refused = _groups(blocks, materialised)
       if refused:
         return None
       for g, r in pairs:
@@ -1193,7 +1196,7 @@ def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
     kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for blocks in k.functions:
       per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-      for g, r in _Semantics(blocks, materialised).groups():
+      for g, r in _groups(blocks, materialised)[0]:
         forms[g].add(r)
         per[g][r] += 1
       extent = _extent(blocks) if per else None
