@@ -488,8 +488,26 @@ def _tied_into(st: _State, u: int) -> bool:
   read (`Hints.tie_into`): its reads are all tied before it, and it is not split
   (a split scatter becomes a select of the update and the old buffer, which XLA
   computes in another buffer and copies in; fuzz seed 4100 #5073)."""
-  return bool(st.hints.tie_into) and \
-      (source_key(st.g.eqns[u]) or ())[:2] in st.hints.tie_into
+  if not st.hints.tie_into:
+    return False
+  # A loop whose body holds the update: its operands' reads too (a one-trip loop
+  # XLA inlines reads them where the body's update writes; fuzz seed 5100 #298).
+  # Not a call's or a conditional's: tying every operand read of a nested jit
+  # changed the arithmetic of fuzz seed 4400 #1087.
+  eqn = st.g.eqns[u]
+  nested = _nested_eqns(eqn) if eqn.primitive.name in _LOOPS else (eqn,)
+  return any((source_key(e) or ())[:2] in st.hints.tie_into for e in nested)
+
+
+_LOOPS = frozenset({"while", "scan"})
+
+
+def _nested_eqns(eqn):
+  """`eqn` and every equation of the jaxprs in its parameters, recursively."""
+  yield eqn
+  for sub in C.sub_jaxprs(eqn.params):
+    for e in sub.eqns:
+      yield from _nested_eqns(e)
 
 
 def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
@@ -555,8 +573,15 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
       private -= g.ancestors_within(g.eqns[u].invars[1], private)
     private -= st.slice_reads
     if st.hints.tie:
-      # Reads XLA did not order by itself in an earlier compile are tied anyway.
-      private = {k for k in private if source_key(g.eqns[k]) not in st.hints.tie}
+      # Reads XLA did not order by itself in an earlier compile are tied anyway,
+      # and so are the reads they are computed from (a gather's index from an
+      # argmax over a row): run after the barrier, those would close a cycle
+      # (fuzz seed 5100 #298).
+      named = {k for k in private if source_key(g.eqns[k]) in st.hints.tie}
+      for k in list(named):
+        for w in g.eqns[k].invars:
+          named |= g.ancestors_within(w, private)
+      private -= named
     if _tied_into(st, u):
       # An earlier compile copied for this update without naming a read: its
       # own reads are tied too.

@@ -794,6 +794,44 @@ def loop_passes_through_buffers_updated_before(x, y, z):
   return z, x, y
 
 
+def one_trip_loop_reads_a_column_by_argmax(x):
+  """Fuzz seed 5100 #298 (shrunk): a column picked by an argmax over a row feeds a
+  one-trip loop that updates the buffer, which XLA inlines. The copy names the
+  column's gather; tied before the loop, it needs its index, so the row read the
+  argmax reduces is tied there too (left after the barrier, it closed a cycle and
+  no barrier was placed)."""
+  v = x[:, (jnp.arange(1, dtype=jnp.int32) * 0 + jnp.argmax(x[19]) % 16) % 16]
+
+  def body(i, c):
+    x, a = c
+    return x.at[0, 0].mul(-jnp.max(v)), a
+  x, _ = lax.fori_loop(0, 1, body, (x, jnp.float32(0)))
+  return x + x[:, 5:6] * -0.25
+
+
+def one_trip_loop_reads_rows_it_sets(b0):
+  """Fuzz seed 5100 #298 (as generated). As `one_trip_loop_reads_a_column_by_argmax`,
+  and rows `v2` read before the loop are written by its row set: with the column
+  tied, the copy names no read. The loop holds the update the copy names, so
+  the loop's own reads (its operands) are tied before it."""
+  v1 = b0[:, (jnp.arange(1, dtype=jnp.int32) * 0 + jnp.argmax(b0[19]) % 16) % 16]
+  v2 = b0[(jnp.arange(3, dtype=jnp.int32) * 2 + jnp.int32(27)) % 32]
+
+  def body3(i3, c3):
+    (b0, a3) = c3
+    b0 = b0.at[jnp.argmin(b0[:, 14]) % 32, jnp.argmax(b0[15]) % 16].mul(-jnp.max(v1))
+    b0 = lax.dynamic_update_index_in_dim(b0, jnp.maximum(jnp.resize(v2, (16,)), 0),
+                                         jnp.argmax(b0[8]) % 32, 0)
+    v4 = v2 - v2
+    a3 = a3 + jnp.max(v4).astype(jnp.float32)
+    return (b0, a3)
+  (b0, v3) = lax.fori_loop(0, 1, body3, (b0, jnp.float32(0)))
+  b0 = b0.at[:, (jnp.arange(1, dtype=jnp.int32) * 2 + jnp.int32(7)) % 16].set(1.5)
+  v7 = b0[:, 5:6]
+  b0 = b0 + v7 * -0.25
+  return (v7, b0,)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -813,7 +851,9 @@ def loop_passes_through_buffers_updated_before(x, y, z):
     (second_branch_loop_reads_a_column, ((64, 32),)),
     (row_update_beside_sum_of_a_column, ((48, 32),)),
     (one_step_scan_corner_feeds_scatter, ((32, 32),)),
-    (loop_passes_through_buffers_updated_before, ((8, 9), (16, 24), (32, 24)))],
+    (loop_passes_through_buffers_updated_before, ((8, 9), (16, 24), (32, 24))),
+    (one_trip_loop_reads_a_column_by_argmax, ((32, 16),)),
+    (one_trip_loop_reads_rows_it_sets, ((32, 16),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -823,7 +863,8 @@ def loop_passes_through_buffers_updated_before(x, y, z):
          "read_feeding_one_trip_scan", "zero_trip_loop_over_both_then_matmul",
          "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column",
          "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter",
-         "loop_passes_through_buffers_updated_before"])
+         "loop_passes_through_buffers_updated_before",
+         "one_trip_loop_reads_a_column_by_argmax", "one_trip_loop_reads_rows_it_sets"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
