@@ -1176,6 +1176,34 @@ def row_update_then_row_swap_kernels_swap_roles(b0, b1, b2):
   b1 = b1.at[56].set(v6)
   return (b1, b2, b0)
 
+def column_tiled_into_where_after_pass_through_loop(b0):
+  """Fuzz seed 5300 #3749 (shrunk). Oracle: value (11 of 576 elements differ, by
+  up to 6.2), but it is jax.jit's program that is wrong: run op by op
+  (`jax.disable_jit`) or in NumPy, the `where` takes the tiled column where
+  inplace_jax's sequenced program does, and jax.jit's takes other values. XLA:CPU
+  miscompiles a while loop whose body passes the buffer through a nested jit,
+  before a `where` that tiles a column read before the loop (measured with jax
+  0.10.2, donated or not). The oracle now calls this "jax_jit_wrong", reported and
+  not failed; `test_jax_jit_is_wrong_here` pins it."""
+  b0 = b0.at[23].set(0.5)
+  v1 = b0[17:24, 17:18]
+
+  def cond2(c2):
+    return c2[0] < 1 + (c2[1][16, 21] > 0).astype(jnp.int32)
+
+  def body2(c2):
+    (i2, b0, a2) = c2
+
+    def fn3(b0):
+      a3 = jnp.float32(0)
+      return (b0, a3)
+    (b0, v3) = jax.jit(fn3)(b0)
+    return (i2 + 1, b0, a2)
+  (_, b0, v2) = lax.while_loop(cond2, body2, (jnp.int32(0), b0, jnp.float32(0)))
+  b0 = jnp.where(b0 > 0, b0, jnp.resize(v1, (24, 24)))
+  return (v1, b0,)
+
+
 REGRESSIONS = [
     _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
           data="normal", data_seed=1741133617),
@@ -1290,4 +1318,6 @@ REGRESSIONS = [
           data="special", data_seed=157825137),
     _case(row_update_then_row_swap_kernels_swap_roles, Buf("b0", (9, 9), "float32"),
           f32("b1", 64, 24), f32("b2", 64, 24), data_seed=170969877),
+    _case(column_tiled_into_where_after_pass_through_loop, f32("b0", 24, 24),
+          data_seed=1985660583),
 ]

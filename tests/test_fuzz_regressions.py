@@ -86,3 +86,16 @@ def test_switch_zeroes_buffer_in_one_trip_scan():
              for r, o in zip(ref, sequenced))
   assert tree_difference(ref, sequenced) is not None, (
       "jax.jit now agrees with the sequenced program: move this case to REGRESSIONS")
+
+
+def test_jax_jit_is_wrong_here(worker):
+  """Fuzz seed 5300 #3749: XLA:CPU miscompiles jax.jit's program, and
+  inplace_jax's outputs are the eager ones bit for bit. If this starts to fail
+  with "ok", XLA fixed it; with "value", inplace_jax now runs the wrong program
+  or another one."""
+  case = next(c for c in REGRESSIONS
+              if c.name == "column_tiled_into_where_after_pass_through_loop")
+  src = textwrap.dedent(inspect.getsource(case.fn))
+  o = worker.check_source(src, case.name, case.bufs, data=case.data,
+                          data_seed=case.data_seed)
+  assert o.status == "jax_jit_wrong", (o.status, o.detail)
