@@ -435,7 +435,14 @@ class InplaceJitted:
         if text is not None and text not in seen and \
             not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)
-          last = self._compile(p, args_flat, "sequenced", new, options, plain)
+          try:
+            last = self._compile(p, args_flat, "sequenced", new, options, plain)
+          except jax.errors.JaxRuntimeError:
+            # XLA rejects the sequenced program (fuzz seed 5300 #8012: "Unhandled
+            # opcode for elemental IR emission: opt-barrier", a barrier left
+            # inside a fusion of a clone round's candidate): no candidate, and no
+            # more rounds of these hints; jax.jit's program compiled and may run.
+            break
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
                                      clone=hints.clone,
                                      materialised=hints.materialise,

@@ -99,3 +99,11 @@ def test_jax_jit_is_wrong_here(worker):
   o = worker.check_source(src, case.name, case.bufs, data=case.data,
                           data_seed=case.data_seed)
   assert o.status == "jax_jit_wrong", (o.status, o.detail)
+
+
+def test_a_candidate_xla_rejects_is_skipped(worker):
+  """Fuzz seed 5300 #8012 (as generated): XLA:CPU fails to compile a clone round's
+  candidate ("Unhandled opcode for elemental IR emission: opt-barrier"), which
+  crashed the call. Such a candidate is skipped and the rounds go on."""
+  o = worker.check(fuzz.generate(5300, 8012))
+  assert not o.failed, (o.status, o.detail)
