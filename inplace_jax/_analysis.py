@@ -495,11 +495,8 @@ def _tied_into(st: _State, u: int) -> bool:
   # Not a call's or a conditional's: tying every operand read of a nested jit
   # changed the arithmetic of fuzz seed 4400 #1087.
   eqn = st.g.eqns[u]
-  nested = _nested_eqns(eqn) if eqn.primitive.name in _LOOPS else (eqn,)
+  nested = _nested_eqns(eqn) if eqn.primitive in (C.while_p, C.scan_p) else (eqn,)
   return any((source_key(e) or ())[:2] in st.hints.tie_into for e in nested)
-
-
-_LOOPS = frozenset({"while", "scan"})
 
 
 def _nested_eqns(eqn):
