@@ -907,7 +907,7 @@ def _fused_reader(st: _State, out, c: int) -> bool:
   if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE):
     return True
   exact_reduction = (_traits.has(e.primitive, _traits.Trait.REDUCTION)
-                     and not _traits.has(e.primitive, _traits.Trait.SENSITIVE))
+                     and not _traits.eqn_has(e, _traits.Trait.SENSITIVE))
   return exact_reduction or not X.is_inexact(out)
 
 
@@ -925,9 +925,9 @@ def _moved_to_sensitive(st: _State, var) -> bool:
     for c, _ in g.uses(w):
       e = g.eqns[c]
       outs = [o for o in e.outvars if not C.is_drop_var(o)]
-      if _traits.has(e.primitive, _traits.Trait.SENSITIVE):
+      if _traits.eqn_has(e, _traits.Trait.SENSITIVE):
         continue
-      if _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT):
+      if _traits.eqn_has(e, _traits.Trait.DATA_MOVEMENT):
         stack.extend(outs)
       elif any(st.sensitive(o) for o in outs) or (
           C.jaxprs_in_params(e.params) and st.sensitive(w)):

@@ -376,9 +376,9 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
     if lane_wise and _traits.has(e.primitive, Trait.LANE_WISE):
       out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1,
                                 lane_wise) for w in e.outvars if not C.is_drop_var(w))
-    elif _traits.has(e.primitive, Trait.SENSITIVE) or applies_function(e):
+    elif _traits.eqn_has(e, Trait.SENSITIVE) or applies_function(e):
       out = True
-    elif _traits.any_of(e.primitive, _traits.TRANSPARENT | Trait.UPDATE):
+    elif _traits.eqn_any_of(e, _traits.TRANSPARENT | Trait.UPDATE):
       # The scatter family carries its combiner as a jaxpr of one exact operation
       # (or none): data movement for this purpose, not a sub-computation.
       out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1,

@@ -206,6 +206,34 @@ def any_of(primitive, trait: Trait) -> bool:
   return bool(TRAITS.get(primitive, Trait.NONE) & trait)
 
 
+# Sums and products: over no axis, or only over axes of size 1, XLA's simplifier
+# makes them a bitcast of their operand (`jnp.sum(x[0, 0])`; measured on XLA:CPU,
+# docs/xla_notes.md): no arithmetic, whatever they are fused with.
+_ROUNDING_REDUCTIONS = ("reduce_sum", "reduce_prod")
+
+
+def of_eqn(eqn) -> Trait:
+  """The traits of one equation: its primitive's, except that a sum or product that
+  reduces nothing (no axis, or axes of size 1 only) moves data (`_MOVE`)."""
+  t = traits(eqn.primitive)
+  if eqn.primitive.name in _ROUNDING_REDUCTIONS and eqn.invars:
+    shape = getattr(eqn.invars[0].aval, "shape", None)
+    axes = eqn.params.get("axes")
+    if shape is not None and axes is not None and all(shape[a] == 1 for a in axes):
+      return _MOVE
+  return t
+
+
+def eqn_has(eqn, trait: Trait) -> bool:
+  """`has` for one equation (`of_eqn`)."""
+  return (of_eqn(eqn) & trait) == trait
+
+
+def eqn_any_of(eqn, trait: Trait) -> bool:
+  """`any_of` for one equation (`of_eqn`)."""
+  return bool(of_eqn(eqn) & trait)
+
+
 # A value passes through these unchanged in rounding (for "does this value reach a
 # fusion-sensitive op?").
 TRANSPARENT = T.DATA_MOVEMENT | T.EXACT

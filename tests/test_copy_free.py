@@ -832,6 +832,23 @@ def one_trip_loop_reads_rows_it_sets(b0):
   return (v7, b0,)
 
 
+def cond_sums_a_corner_beside_pass_through(b1, b2):
+  """Fuzz seed 5300 #5655, in floats. A conditional that passes `b1` through in one
+  branch and adds to a row of it in the other (jax#16661), that branch also summing
+  one element of `b2`, updated before. The "sum" reduces nothing (a bitcast once
+  compiled): the conditional may be lowered to loops with no arithmetic moved."""
+  b2 = b2.at[24, 14].set(1.5)
+
+  def br0(b1):
+    return (b1, jnp.float32(0))
+
+  def br1(b1):
+    b1 = b1.at[5].add(-2.0)
+    return (b1, jnp.float32(0) + jnp.sum(b2[0, 0]))
+  (b1, v1) = lax.cond(b1[10, 23] > 0, br0, br1, b1)
+  return (b1, b2, v1)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -853,7 +870,8 @@ def one_trip_loop_reads_rows_it_sets(b0):
     (one_step_scan_corner_feeds_scatter, ((32, 32),)),
     (loop_passes_through_buffers_updated_before, ((8, 9), (16, 24), (32, 24))),
     (one_trip_loop_reads_a_column_by_argmax, ((32, 16),)),
-    (one_trip_loop_reads_rows_it_sets, ((32, 16),))],
+    (one_trip_loop_reads_rows_it_sets, ((32, 16),)),
+    (cond_sums_a_corner_beside_pass_through, ((16, 32), (32, 16)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -864,7 +882,8 @@ def one_trip_loop_reads_rows_it_sets(b0):
          "lowered_cond_with_a_side_output", "second_branch_loop_reads_a_column",
          "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter",
          "loop_passes_through_buffers_updated_before",
-         "one_trip_loop_reads_a_column_by_argmax", "one_trip_loop_reads_rows_it_sets"])
+         "one_trip_loop_reads_a_column_by_argmax", "one_trip_loop_reads_rows_it_sets",
+         "cond_sums_a_corner_beside_pass_through"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -71,6 +71,26 @@ def test_dots_are_not_tie_points():
   assert _traits.has(C.primitive_by_name("slice"), _traits.Trait.CUT_SAFE)
 
 
+def test_sums_that_reduce_nothing_move_data():
+  """A sum or product over no axis, or over axes of size 1 only, is a bitcast once
+  XLA has compiled it (checked here on the installed XLA): no arithmetic, so it is
+  data movement to the exactness checks; a real sum stays sensitive."""
+  x = _x()
+  moves = [lambda x: jnp.sum(x[0, 0]), lambda x: jnp.sum(x[0:1], axis=0),
+           lambda x: jnp.prod(x[3:4, 2:3])]
+  for f in moves:
+    eqn = next(e for e in jax.make_jaxpr(f)(x).jaxpr.eqns
+               if e.primitive.name in ("reduce_sum", "reduce_prod"))
+    assert _traits.eqn_has(eqn, _traits.Trait.DATA_MOVEMENT)
+    assert not _traits.eqn_has(eqn, _traits.Trait.SENSITIVE)
+    hlo = jax.jit(f).lower(x).compile().as_text()
+    assert " reduce(" not in hlo, hlo
+  eqn = next(e for e in jax.make_jaxpr(lambda x: jnp.sum(x, axis=0))(x).jaxpr.eqns
+             if e.primitive.name == "reduce_sum")
+  assert _traits.eqn_has(eqn, _traits.Trait.SENSITIVE)
+  assert " reduce(" in jax.jit(lambda x: jnp.sum(x, axis=0)).lower(x).compile().as_text()
+
+
 # --------------------------------------------------------------------------- updates
 
 
