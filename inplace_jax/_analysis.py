@@ -157,6 +157,9 @@ class _State:
   # Slices of a buffer that only its elementwise update reads: tied where they
   # are read (`_reads_to_tie`).
   slice_reads: set[int] = dataclasses.field(default_factory=set)
+  # Per update: results computed with the version it updates by a loop or call
+  # XLA inlines, tied before it (`_co_outputs`), read through the barrier.
+  co_reads: dict[int, set[Any]] = dataclasses.field(default_factory=dict)
 
   def sensitive(self, var) -> bool:
     """A barrier materialises the value it ties. Where that value feeds a float
@@ -478,9 +481,14 @@ def tie_reads(st: _State) -> None:
     # A read's results are tied even when they are buffers themselves (the result
     # of a second update of this version): the copy that update needs must be
     # taken before this version is overwritten.
-    read_vars = [w for w in frontier_vars if w is not v] + _co_outputs(st, v, p)
+    co = _co_outputs(st, v, p)
+    read_vars = [w for w in frontier_vars if w is not v] + co
     if read_vars or split:
       _add_pre_barrier(st, u, v, read_vars, tied, region, split)
+    if co and p is not None and st.infos[p].forwards_reads:
+      # Results of a loop or call XLA inlines are used through the barrier
+      # (`_rewrite._kept_control`): their users run after it (`tie_derived_reads`).
+      st.co_reads.setdefault(u, set()).update(co)
 
 
 def _tied_into(st: _State, u: int) -> bool:
@@ -1066,10 +1074,23 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
   order at all).
   """
   g = st.g
-  if not st.pre_read_eqns:
+  if not st.pre_read_eqns and not st.co_reads:
     return {}
   preds = g.predecessors()
   out: dict[int, set[int]] = {}
+  for u, co in st.co_reads.items():
+    # The users of an inlined loop's other results, tied with the buffer before
+    # this update: run before the barrier, they read the result untied, and XLA
+    # fuses the loop body's last reads of the buffer into them, after the update
+    # (a one-trip scan's sum of `b[0, 0]` feeding a row set; fuzz seed 5300
+    # #1732). Not those the barrier's own inputs need.
+    inputs = st.pre_read_eqns.get(u, set()) | {
+        k for w in (*st.pre_versions.get(u, ()), *st.pre_reads.get(u, ()))
+        if (k := g.producer.get(w)) is not None}
+    needed = inputs | _ancestors(preds, inputs)
+    later = {c for w in co for c, _ in g.uses(w) if c != u} - needed
+    if later:
+      out.setdefault(u, set()).update(later)
   for u, tied in st.pre_read_eqns.items():
     if not tied:
       continue
@@ -1088,7 +1109,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
     if any(c < max(tied) for c in later):     # equations are in program order
       later -= _ancestors(preds, tied)
     if later:
-      out[u] = later
+      out.setdefault(u, set()).update(later)
   return out
 
 

@@ -849,6 +849,23 @@ def cond_sums_a_corner_beside_pass_through(b1, b2):
   return (b1, b2, v1)
 
 
+def one_step_scan_sums_a_corner_then_rows_set(b0):
+  """Fuzz seed 5300 #1732, in floats. A one-trip scan updates `b0` and returns a
+  sum of `b0[0, 0]`, which sets rows of `b0` after it. XLA inlines the scan and
+  fuses that read into the row set, after the scan's update: the scan's result is
+  tied with `b0` before the row set, and the users of the result run after the
+  barrier, reading it."""
+  def body(c, i):
+    (b0,) = c
+    b0 = b0.at[jnp.argmax(b0[16]) % 24].min(-2.0)
+    b0 = lax.dynamic_update_slice(b0, jnp.full((22, 4), -2.0, jnp.float32),
+                                  (jnp.int32(0), jnp.argmax(b0[12]) % 21))
+    return (b0,), jnp.float32(0) + jnp.sum(b0[0, 0])
+  (b0,), v1 = lax.scan(body, (b0,), jnp.arange(1, dtype=jnp.int32))
+  b0 = b0.at[0:12].set(jnp.resize(v1, (12, 24)))
+  return (b0,)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -871,7 +888,8 @@ def cond_sums_a_corner_beside_pass_through(b1, b2):
     (loop_passes_through_buffers_updated_before, ((8, 9), (16, 24), (32, 24))),
     (one_trip_loop_reads_a_column_by_argmax, ((32, 16),)),
     (one_trip_loop_reads_rows_it_sets, ((32, 16),)),
-    (cond_sums_a_corner_beside_pass_through, ((16, 32), (32, 16)))],
+    (cond_sums_a_corner_beside_pass_through, ((16, 32), (32, 16))),
+    (one_step_scan_sums_a_corner_then_rows_set, ((24, 24),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -883,7 +901,8 @@ def cond_sums_a_corner_beside_pass_through(b1, b2):
          "row_update_beside_sum_of_a_column", "one_step_scan_corner_feeds_scatter",
          "loop_passes_through_buffers_updated_before",
          "one_trip_loop_reads_a_column_by_argmax", "one_trip_loop_reads_rows_it_sets",
-         "cond_sums_a_corner_beside_pass_through"])
+         "cond_sums_a_corner_beside_pass_through",
+         "one_step_scan_sums_a_corner_then_rows_set"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
