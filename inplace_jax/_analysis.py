@@ -160,6 +160,8 @@ class _State:
   # Per update: results computed with the version it updates by a loop or call
   # XLA inlines, tied before it (`_co_outputs`), read through the barrier.
   co_reads: dict[int, set[Any]] = dataclasses.field(default_factory=dict)
+  # Whether read-modify-write updates may be split (`_split_here`).
+  splits_allowed: bool = True
 
   def sensitive(self, var) -> bool:
     """A barrier materialises the value it ties. Where that value feeds a float
@@ -198,16 +200,33 @@ def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
                 analyzer: Analyzer, left: tuple[bool, ...] = (),
                 targets: tuple[int | None, ...] = (),
                 names: tuple[str | None, ...] = (), top: bool = False) -> Plan:
-  """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`)."""
-  st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets, names=names,
-              inner_sensitive=analyzer.inner_sensitive, hints=analyzer.hints, top=top)
-  find_versions(st, analyzer, left)
-  pick_successors(st)
-  order_reads(st)
-  tie_reads(st)
-  post_update_barriers(st)
-  after_tie = tie_derived_reads(st)
-  return make_plan(st, after_tie)
+  """The passes, in order, over one jaxpr (sub-jaxprs through `analyzer`).
+
+  Where read-modify-write splits leave barriers that cannot all be honoured (a
+  split's gather needs another buffer's tied reads first, whose barrier needs this
+  buffer's tied reads first: fuzz seed 5300 #9670), the passes run again without
+  splits, and that plan is kept if it leaves fewer updates to XLA."""
+  def passes(splits: bool):
+    st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets,
+                names=names, inner_sensitive=analyzer.inner_sensitive,
+                hints=analyzer.hints, top=top, splits_allowed=splits)
+    find_versions(st, analyzer, left)
+    pick_successors(st)
+    order_reads(st)
+    tie_reads(st)
+    post_update_barriers(st)
+    after_tie = tie_derived_reads(st)
+    return st, make_plan(st, after_tie)
+
+  def unsequenced(st: _State) -> int:
+    return sum(c.kind is FindingKind.UNSEQUENCED for c in st.conflicts)
+
+  st, plan = passes(True)
+  if st.splits and unsequenced(st):
+    st2, plan2 = passes(False)
+    if unsequenced(st2) < unsequenced(st):
+      return plan2
+  return plan
 
 
 # --------------------------------------------------------------------------- helpers
@@ -532,7 +551,8 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
   ueqn = g.eqns[u]
   p = g.producer.get(v)
   made_weakly = p is not None and _made_by(st, p, v, strong=False)
-  return (st.infos[u].splittable and not st.in_loop and not st.manual
+  return (st.splits_allowed and st.infos[u].splittable and not st.in_loop
+          and not st.manual
           and not _tied_into(st, u)
           and use.operand == 0 and not _rules.normalised_float(v.aval)
           and not made_weakly
