@@ -3,7 +3,8 @@ also reads, through fusible operations, the buffer's value from before the
 barrier. XLA:CPU miscompiles it where barriers are kept (measured: the DUS-then-
 add below, without donation, gives wrong rows); `inplace_jax.jit` never compiles
 one (tests/fuzz_regressions_programs.py `fused_add_under_update_root`, whose
-clone-round candidate had this form)."""
+clone-round candidate had this form until a sum of one element was read as data
+movement; a variant summing two elements has it still)."""
 
 from __future__ import annotations
 
@@ -63,8 +64,19 @@ def test_hazard_is_miscompiled_where_barriers_are_kept():
 def test_public_sequence_jaxpr_withholds_the_hazard():
   """`sequence_jaxpr`'s output may be compiled with barriers kept
   (`inplace_jax.compiler_options()`): a rewrite in the miscompiled form is
-  withheld. A clone round's hints give that form on the pinned fuzz program."""
-  from fuzz_regressions_programs import fused_add_under_update_root
+  withheld. A clone round's hints give that form on a variant of a pinned fuzz
+  program (summing two elements where it sums one)."""
+  import inspect
+  import fuzz_regressions_programs
+  from inplace_jax.testing.fuzz.program import function_from_source
+  # Summing one element of the updated `b1` moves data only (`_traits.of_eqn`) and
+  # is tied; summing two is a real sum, which a barrier may not follow, and the
+  # clone round leaves that read after the barrier in the miscompiled form.
+  src = inspect.getsource(fuzz_regressions_programs.fused_add_under_update_root)
+  assert src.count("jnp.sum(b1[0, 0])") == 1
+  fused_add_under_update_root = function_from_source(
+      src.replace("jnp.sum(b1[0, 0])", "jnp.sum(b1[0, 0:2])"),
+      name="fused_add_two_element_sum", entry="fused_add_under_update_root")
   import inplace_jax
   from inplace_jax import _plan
   b0, b1 = _x(), _x()[::-1] * 0.5
