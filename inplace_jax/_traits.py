@@ -206,19 +206,17 @@ def any_of(primitive, trait: Trait) -> bool:
   return bool(TRAITS.get(primitive, Trait.NONE) & trait)
 
 
-# Sums and products: over no axis, or only over axes of size 1, XLA's simplifier
-# makes them a bitcast of their operand (`jnp.sum(x[0, 0])`; measured on XLA:CPU,
-# docs/xla_notes.md): no arithmetic, whatever they are fused with.
-_ROUNDING_REDUCTIONS = ("reduce_sum", "reduce_prod")
-
-
 def of_eqn(eqn) -> Trait:
-  """The traits of one equation: its primitive's, except that a sum or product that
-  reduces nothing (no axis, or axes of size 1 only) moves data (`_MOVE`)."""
+  """The traits of one equation: its primitive's, except that a rounding reduction
+  over `axes` (a sum, a product) that reduces nothing (no axis, or axes of size 1
+  only) moves data (`_MOVE`): XLA's simplifier makes it a bitcast of its operand
+  (`jnp.sum(x[0, 0])`; measured on XLA:CPU, docs/xla_notes.md), no arithmetic,
+  whatever it is fused with."""
   t = traits(eqn.primitive)
-  if eqn.primitive.name in _ROUNDING_REDUCTIONS and eqn.invars:
+  rounding_reduction = T.REDUCTION | T.SENSITIVE
+  if (t & rounding_reduction) == rounding_reduction and eqn.invars:
     shape = getattr(eqn.invars[0].aval, "shape", None)
-    axes = eqn.params.get("axes")
+    axes = eqn.params.get("axes")      # the cumulative ones take `axis`: left alone
     if shape is not None and axes is not None and all(shape[a] == 1 for a in axes):
       return _MOVE
   return t
