@@ -300,6 +300,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
     cand = [0 if C.is_literal(v) or v in alone else
             levels.get(v) or (STARTED if _can_start(g, v) else 0)
             for v in eqn.invars]
+    if _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE):
+      cand = _unreturned_first(g, eqn, cand)
     info = _rules.eqn_info(eqn, cand, ctx)
     kept = []
     for use in info.uses:
@@ -318,6 +320,21 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
     if not eqn.effects and not C.jaxprs_in_params(eqn.params) and all(
         C.is_literal(v) or v in constant for v in eqn.invars):
       constant.update(v for v in eqn.outvars if not C.is_drop_var(v))
+
+
+def _unreturned_first(g: Graph, eqn, cand: list[int]) -> list[int]:
+  """The version levels an elementwise op may continue: where one operand is a
+  version that is also returned and another, of the result's type, is one that is
+  not, only the latter. Written over, the returned one would be a second value
+  to keep (`where(x > 0, x, sin(x))` returning `sin(x)` too: `x` is the version
+  the select continues, `sin(x)` a read of it)."""
+  out = eqn.outvars[0].aval
+  fits = [i for i, (v, c) in enumerate(zip(eqn.invars, cand)) if c
+          and _rules.same_type(v.aval, out)]
+  kept = [i for i in fits if eqn.invars[i] not in g.outvars]
+  if not kept or len(kept) == len(fits):
+    return cand
+  return [0 if i in fits and i not in kept else c for i, c in enumerate(cand)]
 
 
 def _can_start(g: Graph, v) -> bool:

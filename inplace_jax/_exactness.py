@@ -299,7 +299,7 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
           return True
       elif direct:
         continue
-      elif C.jaxprs_in_params(e.params):
+      elif _holds_body(e):
         return True
       elif _traits.has(e.primitive, Trait.DATA_MOVEMENT):
         for o in e.outvars:
@@ -307,6 +307,17 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
             scale[o] = scale[w]
             stack.append(o)
   return False
+
+
+def _holds_body(eqn) -> bool:
+  """Whether `eqn` holds a jaxpr whose code XLA may inline around its operands
+  and result. A scatter's combiner (`update_jaxpr`: the `mul` of a scatter-multiply)
+  is not such a body: XLA applies it inside the scatter, whose result is no product
+  its simplifier sees; a scatter that applies a user's function
+  (`.at[].apply`) still counts."""
+  if eqn.primitive in C.SCATTER_PRIMITIVES and not applies_function(eqn):
+    return False
+  return bool(C.jaxprs_in_params(eqn.params))
 
 
 def _literal_factor(eqn) -> float | None:
@@ -337,7 +348,7 @@ def _scaled_by(x, c: float, eqns, producer, inputs_plain: bool, depth: int) -> b
   f = _literal_factor(e)
   if f is not None:
     return f == c or (f != f and c != c)
-  if e.primitive.name == "mul" or C.jaxprs_in_params(e.params):
+  if e.primitive.name == "mul" or _holds_body(e):
     return True             # a product with a computed factor, or a call's result
   if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
     return any(_scaled_by(y, c, eqns, producer, inputs_plain, depth + 1)

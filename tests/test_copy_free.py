@@ -888,6 +888,33 @@ def one_step_scan_sums_a_corner_then_rows_set(b0):
   return (b0,)
 
 
+def scatter_multiply_then_step_returning_its_square(b0):
+  """Fuzz seed 5400 #8381, reduced. A row window of `b0` is scaled by a
+  scatter-multiply, then `b0` takes a step `b0 - 0.1 * b0 * b0` and the square
+  `b0 * b0` is also returned. XLA recomputes the square inside the step's fusion
+  and computes the returned one in a fusion of its own, which it may not run
+  after the step: the square is tied with `b0` before the step (a product nothing
+  adds; the step's multiply-add is `0.1 * v`'s). The scatter-multiply's combiner
+  is no call whose result a product could be."""
+  b0 = b0.at[3, 13:21].mul(0.0)
+  v1 = b0 * b0
+  b0 = b0 - 0.1 * v1
+  v2 = lax.dynamic_slice(b0, (jnp.argmax(b0[5]) % 17, jnp.argmin(b0[:, 21]) % 3),
+                         (8, 22))
+  return (b0, v1, v2)
+
+
+def where_keeps_a_returned_sine(b0):
+  """Fuzz seed 5400 #3709, reduced. `where(b0 > 0, b0, sin(b0))` is `b0`'s next
+  version, and `sin(b0)` is returned too. The select reads two values of `b0`'s
+  type made from it; the one it continues is `b0`, not the sine, which must stay
+  (written over, it would be a second value to keep). The sine is tied with `b0`
+  before the select, which XLA otherwise computes first, recomputing the sine."""
+  v1 = jnp.sin(b0)
+  b0 = jnp.where(b0 > 0, b0, v1)
+  return (b0, v1)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -911,7 +938,9 @@ def one_step_scan_sums_a_corner_then_rows_set(b0):
     (one_trip_loop_reads_a_column_by_argmax, ((32, 16),)),
     (one_trip_loop_reads_rows_it_sets, ((32, 16),)),
     (cond_sums_a_corner_beside_pass_through, ((16, 32), (32, 16))),
-    (one_step_scan_sums_a_corner_then_rows_set, ((24, 24),))],
+    (one_step_scan_sums_a_corner_then_rows_set, ((24, 24),)),
+    (scatter_multiply_then_step_returning_its_square, ((24, 24),)),
+    (where_keeps_a_returned_sine, ((24, 24),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -924,7 +953,9 @@ def one_step_scan_sums_a_corner_then_rows_set(b0):
          "loop_passes_through_buffers_updated_before",
          "one_trip_loop_reads_a_column_by_argmax", "one_trip_loop_reads_rows_it_sets",
          "cond_sums_a_corner_beside_pass_through",
-         "one_step_scan_sums_a_corner_then_rows_set"])
+         "one_step_scan_sums_a_corner_then_rows_set",
+         "scatter_multiply_then_step_returning_its_square",
+         "where_keeps_a_returned_sine"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
