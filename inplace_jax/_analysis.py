@@ -856,6 +856,13 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
       return live, []
     return [], outs
   if C.jaxprs_in_params(e.params):
+    if (st.hints.through_updates and e.primitive is C.scan_p
+        and int(e.params.get("unroll", 1)) < e.params["length"]
+        and _moved_only(st, w, region)):
+      # A scan XLA keeps takes its operands materialised: data movement of the
+      # buffer tied before it is the value the loop reads either way (and a
+      # reduction XLA hoists out of the body is compared by the fingerprint).
+      return "tie"
     return None         # used sensitively inside a loop, branch or call
   dot = _dot_step(st, c, u, region)
   if dot is not None:

@@ -915,6 +915,24 @@ def where_keeps_a_returned_sine(b0):
   return (b0, v1)
 
 
+def swap_whose_row_a_loop_sums(b0, b1):
+  """Fuzz seed 5400 #9792. Rows 4 and 8 of `b1` are swapped; row 8, read first, is
+  returned, written into `b0`, and summed inside a two-trip `fori_loop` after the
+  swap. The loop takes the row as an operand, materialised under jax.jit too: in
+  a refinement round the row is tied with `b1` before the first row set."""
+  v1 = b1[8]
+  b1 = b1.at[8].set(b1[4])
+  b1 = b1.at[4].set(v1)
+  b0 = lax.dynamic_update_slice(b0, jnp.resize(v1, (29, 20)),
+                                (jnp.argmin(b0[:, 22]) % 4, jnp.int32(4)))
+
+  def body(i, c):
+    (b1, a) = c
+    return (b1, a + jnp.sum(v1 + -2.0))
+  (b1, v2) = lax.fori_loop(0, 2, body, (b1, jnp.float32(0)))
+  return (v1, b0, v2, b1)
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -940,7 +958,8 @@ def where_keeps_a_returned_sine(b0):
     (cond_sums_a_corner_beside_pass_through, ((16, 32), (32, 16))),
     (one_step_scan_sums_a_corner_then_rows_set, ((24, 24),)),
     (scatter_multiply_then_step_returning_its_square, ((24, 24),)),
-    (where_keeps_a_returned_sine, ((24, 24),))],
+    (where_keeps_a_returned_sine, ((24, 24),)),
+    (swap_whose_row_a_loop_sums, ((32, 24), (32, 16)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -955,7 +974,7 @@ def where_keeps_a_returned_sine(b0):
          "cond_sums_a_corner_beside_pass_through",
          "one_step_scan_sums_a_corner_then_rows_set",
          "scatter_multiply_then_step_returning_its_square",
-         "where_keeps_a_returned_sine"])
+         "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
