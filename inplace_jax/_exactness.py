@@ -311,13 +311,19 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
 
 def _holds_body(eqn) -> bool:
   """Whether `eqn` holds a jaxpr whose code XLA may inline around its operands
-  and result. A scatter's combiner (`update_jaxpr`: the `mul` of a scatter-multiply)
-  is not such a body: XLA applies it inside the scatter, whose result is no product
-  its simplifier sees; a scatter that applies a user's function
-  (`.at[].apply`) still counts."""
-  if eqn.primitive in C.SCATTER_PRIMITIVES and not applies_function(eqn):
+  and result. A multiplying, min or max scatter's combiner (`update_jaxpr`: the
+  `mul` of a scatter-multiply) is not such a body: XLA applies it inside the
+  scatter, whose result is no product its simplifier sees, and it adds nothing to
+  its updates. An additive scatter's still counts (its add takes the updates,
+  where XLA can contract a product into it), and so does a scatter that applies a
+  user's function (`.at[].apply`)."""
+  if eqn.primitive in _COMBINING_SCATTERS or (
+      eqn.primitive is C.scatter_p and not applies_function(eqn)):
     return False
   return bool(C.jaxprs_in_params(eqn.params))
+
+
+_COMBINING_SCATTERS = (C.scatter_mul_p, C.scatter_min_p, C.scatter_max_p)
 
 
 def _literal_factor(eqn) -> float | None:
