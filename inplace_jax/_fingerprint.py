@@ -231,13 +231,36 @@ _MOVES = frozenset({"broadcast", "reshape", "bitcast", "slice", "dynamic-slice",
                     "transpose", "copy", "concatenate", "pad", "reverse"})
 
 
+# A negated product contracts too: LLVM makes `x + -(a * b)` into `fma(-a, b, x)`
+# (fuzz seed 5500 #3283: a window add of a negated square, fused with the square
+# under jax.jit and loading it stored in a candidate, 4 ulps apart).
+_CONTRACT_MOVES = _MOVES | {"negate"}
+
+
 def _product(comp: Computation, name: str) -> bool:
-  """Whether operand `name` is a multiply computed in `comp`, through data moves."""
+  """Whether operand `name` is a multiply computed in `comp`, through data moves
+  and negations."""
   ins = comp.by_name.get(name)
   seen = 0
-  while ins is not None and ins.opcode in _MOVES and ins.operands and seen < 16:
+  while ins is not None and ins.opcode in _CONTRACT_MOVES and ins.operands and seen < 16:
     ins, seen = comp.by_name.get(ins.operands[0]), seen + 1
   return ins is not None and ins.opcode == "multiply"
+
+
+def _users_through_moves(comp: Computation, name: str) -> list:
+  """The users of `name` in `comp`, and through data moves and negations theirs."""
+  out, stack, seen = [], [name], set()
+  while stack and len(seen) < 64:
+    n = stack.pop()
+    if n in seen:
+      continue
+    seen.add(n)
+    for u in comp.users.get(n, []):
+      if u.opcode in _CONTRACT_MOVES:
+        stack.append(u.name)
+      else:
+        out.append(u)
+  return out
 
 
 def _fma_able(comp: Computation, ins: Instruction) -> bool:
@@ -368,7 +391,7 @@ def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counte
     for ins in comp.instructions:
       if ins.opcode not in _PRODUCTS or not _is_float(ins):
         continue
-      users = [u.opcode for u in comp.users.get(ins.name, [])
+      users = [u.opcode for u in _users_through_moves(comp, ins.name)
                if u.opcode in _ARITH and _is_float(u)]
       if not any(u in _SUMS for u in users):
         continue     # nothing to contract it into

@@ -1209,10 +1209,12 @@ def step_returning_its_square_then_window_add(b0):
   changes: the same candidates). Oracle: inexact, 12 of 768 elements of the
   window `[10:24, 22:24]`, up to 3.8e-6 (4 ulps), normal data. A column set, the
   step `b0 - 0.1 * b0 * b0` returning the square, then a window scatter-add of
-  the negated, resized square. The first clone round's candidate is copy-free and
-  its kernels' IR compares equal to jax.jit's as sets of expressions, yet the
-  window's values differ: open, not understood yet (the #6690 class, two kernels
-  of one expression writing different elements, is the first suspect)."""
+  the negated, resized square. jax.jit fuses the square into the window's add,
+  where LLVM contracts `x + -(b * b)` into `fma(-b, b, x)`; the first clone
+  round's candidate, copy-free, loads the square it stores (tied) and adds it
+  rounded. The fingerprint followed a product to its add through data moves but
+  not through a negation, so neither program listed it. Fixed: a negation is
+  followed like a move (`_fingerprint._CONTRACT_MOVES`)."""
   b0 = b0.at[:, jnp.array([22], dtype=jnp.int32)].set(-2.0, unique_indices=True)
   v1 = b0 * b0
   b0 = b0 - 0.1 * v1
@@ -1341,7 +1343,5 @@ REGRESSIONS = [
     _case(column_tiled_into_where_after_pass_through_loop, f32("b0", 24, 24),
           data_seed=1985660583),
     _case(step_returning_its_square_then_window_add, f32("b0", 32, 24),
-          data="normal", data_seed=225938112,
-          known_failure="inexact: a clone-round candidate 4 ulps off jax.jit in the "
-          "window its scatter-add writes (long run seed 5500 #3283), open"),
+          data="normal", data_seed=225938112),
 ]
