@@ -249,7 +249,8 @@ def _product(comp: Computation, name: str) -> bool:
 
 def _users_through_moves(comp: Computation, name: str) -> list:
   """The users of `name` in `comp`, and through data moves and negations theirs."""
-  out, stack, seen = [], [name], set()
+  out: list = []
+  stack, seen = [name], set[str]()
   while stack and len(seen) < 64:
     n = stack.pop()
     if n in seen:
