@@ -267,9 +267,10 @@ def cond_small_outputs(x, p, w, table):
 
 @pytest.mark.parametrize("p", [0, 1])
 def test_cond_small_outputs_leave_the_loops(p):
-  """The outputs computed from small operands only go to a `cond` of their own
-  (`lower_cond`'s side outputs); those from the large operand or the buffer stay
-  in the loops. Values exact, no full copy, in both branches."""
+  """The outputs computed from operands other than the buffer go to a `cond` of
+  their own (`lower_cond`'s side outputs), large operands included (a sum of a
+  table XLA hoists out of a conditional, as under jax.jit); those read from the
+  buffer stay in the loops. Values exact, no full copy, in both branches."""
   import inplace_jax
   args = (_x(), jnp.int32(p), jnp.linspace(-1.0, 1.0, M, dtype=jnp.float32),
           jnp.ones((N, M), jnp.float32))
@@ -280,8 +281,10 @@ def test_cond_small_outputs_leave_the_loops(p):
   prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
   assert prims.count("cond") == 1 and prims.count("while") == 2, prims
   side = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "cond")
-  # p * 2 and w[:4] + 1.0 (branch a) / p - 1 and w[4:8] (branch b): two outputs
-  assert len(side.outvars) == 2 and {v.aval.shape for v in side.outvars} == {(), (4,)}
+  # p * 2, w[:4] + 1.0 and table.sum() (branch a) / p - 1, w[4:8] and
+  # table[0].sum() (branch b): three outputs; x[0, 0] / x[3, 3] stay in the loops.
+  assert [v.aval.shape for v in side.outvars] == [(), (4,), ()], side.outvars
+  assert [str(v.aval.dtype) for v in side.outvars] == ["int32", "float32", "float32"]
 
 
 def cond_shared_work(x, p, w):

@@ -933,6 +933,29 @@ def swap_whose_row_a_loop_sums(b0, b1):
   return (v1, b0, v2, b1)
 
 
+def branch_sums_a_product_computed_outside(b0, b2):
+  """Fuzz seed 5500 #4751, reduced. A branch sets a row of `b2` (chosen by a row
+  it reads first) and sums `v1`, a product computed outside the conditional;
+  the other branch passes `b2` through, which XLA copies (jax#16661). Lowered to
+  loops the conditional is copy-free, but a sum in a loop would not be fused with
+  the product as XLA fuses it when it hoists the sum out of the conditional: the
+  sum stays in a conditional of its own (`lower_cond`'s side outputs), large
+  operand and all."""
+  w = jnp.arange(256, dtype=jnp.float32).reshape(16, 16) % 5 - 2
+  v1 = jax.vmap(lambda r: r @ w * 0.125)(b2)
+  b2 = b2 * 0.5 + v1
+
+  def skip(b0, b2):
+    return b0, b2, jnp.float32(0)
+
+  def update(b0, b2):
+    b2 = lax.dynamic_update_index_in_dim(b2, jnp.full((16,), -1.0),
+                                         jnp.argmax(b2[4]) % 16, 0)
+    return b0, b2, jnp.sum(v1)
+  b0, b2, s = lax.cond(jnp.argmax(b0[6]) % 2 == 0, skip, update, b0, b2)
+  return b0[17, 18], b2, b0, v1, s
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -959,7 +982,8 @@ def swap_whose_row_a_loop_sums(b0, b1):
     (one_step_scan_sums_a_corner_then_rows_set, ((24, 24),)),
     (scatter_multiply_then_step_returning_its_square, ((24, 24),)),
     (where_keeps_a_returned_sine, ((24, 24),)),
-    (swap_whose_row_a_loop_sums, ((32, 24), (32, 16)))],
+    (swap_whose_row_a_loop_sums, ((32, 24), (32, 16))),
+    (branch_sums_a_product_computed_outside, ((33, 24), (16, 16)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -974,7 +998,8 @@ def swap_whose_row_a_loop_sums(b0, b1):
          "cond_sums_a_corner_beside_pass_through",
          "one_step_scan_sums_a_corner_then_rows_set",
          "scatter_multiply_then_step_returning_its_square",
-         "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums"])
+         "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums",
+         "branch_sums_a_product_computed_outside"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -178,7 +178,7 @@ def _hoistable_sensitive(eqn, pairs, ctx, carries) -> bool:
   would change the result's last bit (a gathered sum did, in the fuzzer).
 
   Not where only outputs that stay in a conditional of their own reduce it
-  (`_side_outputs`: a sum of a small slice, beside a row update): XLA moves that
+  (`_side_outputs`: a sum of a slice, beside a row update): XLA moves that
   code out of the side conditional as it does under jax.jit."""
   carried = {i for i, _ in pairs}
   branches = [b.jaxpr for b in eqn.params["branches"]]
@@ -193,7 +193,7 @@ def _hoistable_sensitive(eqn, pairs, ctx, carries) -> bool:
       hoistable.append(i)
   if not hoistable:
     return False
-  side = set(_lowered_side(eqn.params["branches"], carries(), len(eqn.invars) - 1))
+  side = set(_lowered_side(eqn.params["branches"], carries()))
   if not side:
     return True
   looped = [C.dce_jaxpr(j, [o not in side for o in range(len(j.outvars))],
@@ -238,8 +238,8 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   zero initial value. The branch bodies are used as they are, so the values are
   exactly the branch's.
 
-  Outputs that no branch computes from a carried buffer or a large operand (flags,
-  scalars, small slices) stay in a `cond` of their own, cut down to what they need,
+  Outputs that no branch computes from a carried buffer (flags, scalars, slices,
+  sums of other operands) stay in a `cond` of their own, cut down to what they need,
   ahead of the loops: a conditional XLA inlines and simplifies as under `jax.jit`
   when it learns the index, where the loops' trip count stays opaque to it (so
   `-0.0 + v` with `v` a branch's 0.0 is folded, or not, alike on both sides).
@@ -248,7 +248,7 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
   carried_in = [i for i, _ in pairs]
   carried_out = [o for _, o in pairs]
   const_ops = [i for i in range(len(ops)) if i not in carried_in]
-  side = _lowered_side(branches, pairs, len(ops))
+  side = _lowered_side(branches, pairs)
   other_out = [o for o in range(len(eqn.outvars))
                if o not in carried_out and o not in side]
   new_eqns: list[C.JaxprEqn] = []
@@ -340,17 +340,23 @@ def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
   return closed
 
 
-def _lowered_side(branches: Sequence[C.ClosedJaxpr], pairs, n_ops: int) -> list[int]:
-  """`_side_outputs` of a conditional with `n_ops` operands lowered carrying `pairs`."""
-  carried_in = [i for i, _ in pairs]
-  return _side_outputs(branches, [o for _, o in pairs], carried_in,
-                       [i for i in range(n_ops) if i not in carried_in])
+def _lowered_side(branches: Sequence[C.ClosedJaxpr], pairs) -> list[int]:
+  """`_side_outputs` of a conditional lowered carrying `pairs`."""
+  return _side_outputs(branches, [o for _, o in pairs], [i for i, _ in pairs])
 
 
-def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out, carried_in,
-                  const_ops) -> list[int]:
+def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out,
+                  carried_in) -> list[int]:
   """`lower_cond`'s outputs that can stay in a conditional: in every branch computed
-  from small non-carried operands only, by equations no carried output needs."""
+  from non-carried operands only, by equations no carried output needs.
+
+  Large operands too: a reduction of a large temporary stays in a conditional as
+  under jax.jit, where XLA hoists it out and fuses it with the op that computes
+  the temporary; in a loop it would be computed apart (`_hoistable_sensitive`), so
+  the conditional could not be lowered at all (fuzz seed 5500 #4751: a branch's
+  `sum(v1)` of a product computed outside). Where the side conditional's read of
+  an operand that a later update overwrites is left unordered, XLA copies; the
+  candidate's checks count that as any other copy."""
   n_out = len(branches[0].jaxpr.outvars)
   side = []
   for o in range(n_out):
@@ -359,9 +365,7 @@ def _side_outputs(branches: Sequence[C.ClosedJaxpr], carried_out, carried_in,
     mask = [k == o for k in range(n_out)]
     for branch in branches:
       _, used = C.dce_jaxpr(branch.jaxpr, mask)
-      invars = branch.jaxpr.invars
-      if any(used[i] for i in carried_in) or any(
-          used[i] and is_big(invars[i].aval) for i in const_ops):
+      if any(used[i] for i in carried_in):
         break
     else:
       side.append(o)
