@@ -956,6 +956,30 @@ def branch_sums_a_product_computed_outside(b0, b2):
   return b0[17, 18], b2, b0, v1, s
 
 
+def step_or_sum_of_a_product(b0, b1):
+  """Fuzz seed 5500 #5704, reduced. One branch takes a row step of `b0` and sets
+  two rows of `b1`, the other sums `v4`, a product computed outside the switch,
+  and passes both buffers through: XLA copies them (jax#16661). The sum could be
+  predicted to move out of the switch and fuse with the product, which a loop
+  would not allow, so the first round keeps the switch; in the lowering round the
+  fingerprint decides instead (XLA sums `v4` materialised in its branch, as the
+  loop does)."""
+  w = jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 7 - 3
+  v4 = b0 @ w * 0.125
+  b1 = b1.at[6:22, 19:27].set(v4[0:16])
+
+  def step(b0, b1):
+    v6 = b0[0]
+    b0 = b0 - 0.1 * v6
+    b1 = b1.at[jnp.array([12, 9])].min(-1.0, unique_indices=True)
+    return b0, b1, jnp.sum(v6)
+
+  def total(b0, b1):
+    return b0, b1, jnp.sum(v4)
+  b0, b1, s = lax.switch(jnp.argmin(b0[:, 9]) % 2, [step, total], b0, b1)
+  return b1, s, b0
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -983,7 +1007,8 @@ def branch_sums_a_product_computed_outside(b0, b2):
     (scatter_multiply_then_step_returning_its_square, ((24, 24),)),
     (where_keeps_a_returned_sine, ((24, 24),)),
     (swap_whose_row_a_loop_sums, ((32, 24), (32, 16))),
-    (branch_sums_a_product_computed_outside, ((33, 24), (16, 16)))],
+    (branch_sums_a_product_computed_outside, ((33, 24), (16, 16))),
+    (step_or_sum_of_a_product, ((16, 32), (33, 33)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -999,7 +1024,7 @@ def branch_sums_a_product_computed_outside(b0, b2):
          "one_step_scan_sums_a_corner_then_rows_set",
          "scatter_multiply_then_step_returning_its_square",
          "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums",
-         "branch_sums_a_product_computed_outside"])
+         "branch_sums_a_product_computed_outside", "step_or_sum_of_a_product"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]

@@ -148,7 +148,11 @@ def _should_lower(eqn, plans, pairs, ctx, carries) -> bool:
   # With a constant index XLA keeps only the chosen branch: nothing to lower.
   return (not keeps_in_place and not ctx.manual
           and not ctx.constant(eqn.invars[0]) and _can_lower_cond(eqn)
-          and not _hoistable_sensitive(eqn, pairs, ctx, carries)
+          # In a lowering round (copies remained at a conditional), the candidate's
+          # fingerprint decides instead: XLA often keeps such a reduction in its
+          # branch, reading the operand materialised as a loop does (fuzz seed
+          # 5500 #9031).
+          and (ctx.lower or not _hoistable_sensitive(eqn, pairs, ctx, carries))
           # XLA:CPU's f32 converts around 16-bit float loop carries copy them.
           and not any(normalised_float(eqn.invars[1 + i].aval) for i, _ in pairs)
           # A branch that rewrites a buffer elementwise (no strong update) gains
