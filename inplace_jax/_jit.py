@@ -928,11 +928,13 @@ def _reader_keys(report: CopyReport, min_bytes: int) -> frozenset:
 
 
 def _unnamed_writers(report: CopyReport, min_bytes: int) -> frozenset:
-  """(file, line) of the updates behind the buffer copies that name no read."""
+  """(file, line) of the updates behind the buffer copies that name no read but
+  the update itself (XLA fused a copy of the update into a reader of its result,
+  which then reads the update's operand: fuzz seed 5500 #9594)."""
   return frozenset((c.writer.location.file, c.writer.location.line)
                    for c in report.buffer_copies(min_bytes)
-                   if not c.readers and c.writer is not None
-                   and c.writer.location is not None)
+                   if c.writer is not None and c.writer.location is not None
+                   and all(r == c.writer for r in c.readers))
 
 
 def _check_duplicates(spec, name: str) -> None:

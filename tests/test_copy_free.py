@@ -980,6 +980,24 @@ def step_or_sum_of_a_product(b0, b1):
   return b1, s, b0
 
 
+def swap_then_one_step_scan_reading_a_row(b0):
+  """Fuzz seed 5500 #9594, reduced. Rows 12 and 6 swap, then a one-step scan
+  (inlined by XLA) takes a step with row 13. XLA fuses a copy of the second row
+  set into the slice of row 13 that the step reads, which then reads the first
+  set's result while the second set overwrites it in place: the copy names the
+  set itself as the reader. Such a copy names no other read to tie, so the
+  materialising round runs (each update materialised)."""
+  v1 = b0[12]
+  b0 = b0.at[12].set(b0[6])
+  b0 = b0.at[6].set(v1)
+
+  def body(c, i):
+    (b0,) = c
+    return (b0 * 0.99 - 0.1 * b0[13],), jnp.sum(b0[13])
+  (b0,), s = lax.scan(body, (b0,), jnp.arange(1))
+  return b0, s
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -1008,7 +1026,8 @@ def step_or_sum_of_a_product(b0, b1):
     (where_keeps_a_returned_sine, ((24, 24),)),
     (swap_whose_row_a_loop_sums, ((32, 24), (32, 16))),
     (branch_sums_a_product_computed_outside, ((33, 24), (16, 16))),
-    (step_or_sum_of_a_product, ((16, 32), (33, 33)))],
+    (step_or_sum_of_a_product, ((16, 32), (33, 33))),
+    (swap_then_one_step_scan_reading_a_row, ((16, 16),))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -1024,7 +1043,8 @@ def step_or_sum_of_a_product(b0, b1):
          "one_step_scan_sums_a_corner_then_rows_set",
          "scatter_multiply_then_step_returning_its_square",
          "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums",
-         "branch_sums_a_product_computed_outside", "step_or_sum_of_a_product"])
+         "branch_sums_a_product_computed_outside", "step_or_sum_of_a_product",
+         "swap_then_one_step_scan_reading_a_row"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
