@@ -576,7 +576,7 @@ def _split_here(st: _State, v, u: int, use: InplaceUse) -> bool:
           and (ueqn.primitive not in _updates.ADDITIVE or (X.additive_source_safe(
               ueqn.invars[2], g.eqns, g.producer) and not X.reassociated(
                   ueqn, ueqn.outvars[0], g.eqns, g.consumers, g.outvars,
-                  _inlined(st)))))
+                  _inlined(st), _parameters(st)))))
 
 
 def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
@@ -698,9 +698,17 @@ def _cut_safe_at(st: _State, eqn, var) -> bool:
 def _no_fold_across(st: _State, eqn, var) -> bool:
   """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
   g = st.g
-  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st)) and \
+  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st),
+                            _parameters(st)) and \
       not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) and \
       not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)])
+
+
+def _parameters(st: _State) -> frozenset:
+  """The inputs of a whole program (its arguments: no value XLA knows when it
+  compiles); none inside a loop, a conditional or a call, whose inputs may be
+  constants of the caller."""
+  return frozenset(st.g.jaxpr.invars) if st.top and not st.in_loop else frozenset()
 
 
 def _inlined(st: _State) -> bool:

@@ -998,6 +998,20 @@ def swap_then_one_step_scan_reading_a_row(b0):
   return b0, s
 
 
+def row_add_then_step_by_another_buffer(b0, b1):
+  """Fuzz seed 5500 #8783, reduced. A row add of `b1`, then the step
+  `b1 - 0.25 * b0`, whose result picks where `b0` is written. XLA fuses the row
+  add into the step, which then reads `b1` other than element by element and
+  runs in another buffer. A barrier after the row add was refused: XLA's
+  simplifier moves an add in front of a scatter-add, but not a subtract of a
+  value it does not know (`_exactness.reassociated`; pinned below)."""
+  b1 = b1.at[9].add(1.5)
+  b1 = b1 - 0.25 * b0
+  b0 = lax.dynamic_update_slice(b0, jnp.full((13, 12), 1.0),
+                                (jnp.argmin(b1[:, 14]) % 12, jnp.argmax(b1[8]) % 5))
+  return b0, b1
+
+
 @pytest.mark.parametrize("fn, shapes", [
     (scatter_add_read_and_shifted, ((32, 24),)),
     (add_at_argmax_then_shift, ((24, 16),)),
@@ -1027,7 +1041,8 @@ def swap_then_one_step_scan_reading_a_row(b0):
     (swap_whose_row_a_loop_sums, ((32, 24), (32, 16))),
     (branch_sums_a_product_computed_outside, ((33, 24), (16, 16))),
     (step_or_sum_of_a_product, ((16, 32), (33, 33))),
-    (swap_then_one_step_scan_reading_a_row, ((16, 16),))],
+    (swap_then_one_step_scan_reading_a_row, ((16, 16),)),
+    (row_add_then_step_by_another_buffer, ((24, 16), (24, 16)))],
     ids=["scatter_add_read_and_shifted", "add_at_argmax_then_shift",
          "set_at_argmax_then_affine", "step_adding_its_own_sine", "swap_across_buffers",
          "update_fed_by_reduction_of_carry",
@@ -1044,7 +1059,8 @@ def swap_then_one_step_scan_reading_a_row(b0):
          "scatter_multiply_then_step_returning_its_square",
          "where_keeps_a_returned_sine", "swap_whose_row_a_loop_sums",
          "branch_sums_a_product_computed_outside", "step_or_sum_of_a_product",
-         "swap_then_one_step_scan_reading_a_row"])
+         "swap_then_one_step_scan_reading_a_row",
+         "row_add_then_step_by_another_buffer"])
 def test_reads_the_copy_needs_are_found(fn, shapes):
   rng = np.random.default_rng(3)
   args = [jnp.asarray(rng.normal(size=s), jnp.float32) for s in shapes]
@@ -1052,3 +1068,60 @@ def test_reads_the_copy_needs_are_found(fn, shapes):
   if ON_CPU:
     assert r.ref_report.buffer_copies(1024), "jax.jit should copy here"
   assert r.report.buffer_copies(1024) == (), r.report
+
+
+@pytest.mark.skipif(not ON_CPU, reason="XLA:CPU's simplifier, measured on CPU")
+@pytest.mark.parametrize("update", ["row", "window", "dynamic_row", "repeated"])
+@pytest.mark.parametrize("step", ["+ c", "+ c * -0.5", "+ 3", "- 3", "- c", "- 0.5 * c",
+                                  "- b[3] * 0.5"])
+def test_adds_xla_moves_in_front_of_a_scatter_add_are_predicted(update, step):
+  """`_exactness.reassociated` against XLA. Inputs where the two orders round
+  differently (`b + u`, u half an ulp of `b`, rounds back to `b`) show, in
+  jax.jit's values, whether XLA's simplifier moved the step in front of the
+  scatter-add (`scatter_add(b + y, i, u)`) or left it after; the rule must
+  predict the same (a wrong "left" would let a barrier change the arithmetic
+  where no check sees it: the fingerprint lists no plain adds)."""
+  from inplace_jax import _exactness as X
+  from inplace_jax._graph import Graph
+  b0, c0, u = {"+ c": (1.0, -1.0, 2.0 ** -24), "+ c * -0.5": (1.0, 2.0, 2.0 ** -24),
+               "+ 3": (-3.0, 0.0, 2.0 ** -23), "- 3": (3.0, 0.0, 2.0 ** -23),
+               "- c": (1.0, 1.0, 2.0 ** -24), "- 0.5 * c": (1.0, 2.0, 2.0 ** -24),
+               "- b[3] * 0.5": (2.0, 0.0, 2.0 ** -23)}[step]
+  updates = {
+      "row": (lambda b, c: b.at[9].add(u), (9, 0), 1),
+      "window": (lambda b, c: b.at[5:6, 2:5].add(u), (5, 2), 1),
+      "dynamic_row": (lambda b, c: b.at[jnp.argmax(c[0]) % 24].add(u), (0, 0), 1),
+      "repeated": (lambda b, c: b.at[jnp.array([1, 1, 2])].add(u), (1, 0), 2)}
+  steps = {
+      "+ c": (lambda s, b, c: s + c, lambda: c0),
+      "+ c * -0.5": (lambda s, b, c: s + c * -0.5, lambda: np.float32(c0) * np.float32(-0.5)),
+      "+ 3": (lambda s, b, c: s + 3.0, lambda: 3.0),
+      "- 3": (lambda s, b, c: s - 3.0, lambda: -3.0),
+      "- c": (lambda s, b, c: s - c, lambda: -c0),
+      "- 0.5 * c": (lambda s, b, c: s - 0.5 * c, lambda: -(np.float32(0.5) * np.float32(c0))),
+      "- b[3] * 0.5": (lambda s, b, c: s - b[3] * 0.5,
+                       lambda: -(np.float32(b0) * np.float32(0.5)))}
+  upd, where, times = updates[update]
+  stp, rhs = steps[step]
+
+  def f(b, c):
+    return stp(upd(b, c), b, c)
+  f32 = np.float32
+  after = f32(b0)
+  for _ in range(times):
+    after = f32(after + f32(u))
+  after = f32(after + f32(rhs()))
+  moved = f32(f32(b0) + f32(rhs()))
+  for _ in range(times):
+    moved = f32(moved + f32(u))
+  assert after != moved        # the inputs tell the two orders apart
+  b = jnp.full((24, 16), b0, jnp.float32)
+  c = jnp.full((24, 16), c0, jnp.float32)
+  got = np.asarray(jax.jit(f)(b, c))[where]
+  assert got in (after, moved), (got, after, moved)
+  jaxpr = jax.make_jaxpr(f)(b, c).jaxpr
+  g = Graph(jaxpr)
+  k = next(i for i, e in enumerate(jaxpr.eqns) if e.primitive.name == "scatter-add")
+  var = jaxpr.eqns[k].outvars[0]
+  assert X.reassociated(jaxpr.eqns[k], var, jaxpr.eqns, g.consumers, g.outvars,
+                        parameters=frozenset(jaxpr.invars)) == (got == moved)
