@@ -264,11 +264,26 @@ def lower_cond(eqn: C.JaxprEqn, branches: Sequence[C.ClosedJaxpr],
     # An integer: nothing to round.
     tie, (index,) = _build.barrier_eqn([index], eqn)
     new_eqns.append(tie)
-  new_eqns += _side_cond(eqn, branches, side, carried_in, index, ops, const_ops)
+  side_eqns = _side_cond(eqn, branches, side, carried_in, index, ops, const_ops)
+  carry_in = [ops[i] for i in carried_in]
+  if side_eqns and _reads_large(side_eqns[0]):
+    # A side output read from a large operand (a branch's sum of a temporary):
+    # XLA may fuse the operand's producer into the side conditional, which then
+    # reads a buffer the loops update in place (`v = b // 2` summed, fuzz CI
+    # sample seed 1000 #105). Its results and the carries go through one barrier,
+    # so it runs before the loops. Small operands' side outputs stay untied, as
+    # XLA simplifies them with the conditional when it learns the index.
+    sc = side_eqns[0]
+    fresh = [C.new_var(v.aval) for v in sc.outvars]
+    tie, outs = _build.barrier_eqn(fresh + carry_in, eqn)
+    side_eqns = [sc.replace(outvars=fresh),
+                 tie.replace(outvars=list(sc.outvars) + outs[len(fresh):])]
+    carry_in = outs[len(fresh):]
+  new_eqns += side_eqns
   zero_eqns, zeros = _build.trace_eqns(
       lambda: [_build.zeros(eqn.outvars[o].aval) for o in other_out], [], eqn)
   new_eqns += zero_eqns
-  carry = [ops[i] for i in carried_in] + zeros
+  carry = carry_in + zeros
   # Branches that leave every carried buffer as they are need no loop.
   run = [k for k, branch in enumerate(branches)
          if other_out or not all(branch.jaxpr.outvars[o] is branch.jaxpr.invars[i]
@@ -331,6 +346,17 @@ def _side_cond(eqn, branches, side, carried_in, index, ops, const_ops):
       [index] + [ops[i] for i in const_ops], [eqn.outvars[o] for o in side],
       C.cond_p, dict(eqn.params, branches=tuple(side_branches)),
       C.no_effects, eqn.source_info, eqn.ctx)]
+
+
+def _reads_large(cond) -> bool:
+  """Whether a branch of conditional `cond` reads a large operand."""
+  for branch in cond.params["branches"]:
+    j = branch.jaxpr
+    read = {id(v) for e in j.eqns for v in e.invars if not C.is_literal(v)}
+    read |= {id(v) for v in j.outvars if not C.is_literal(v)}
+    if any(is_big(v.aval) and id(v) in read for v in j.invars):
+      return True
+  return False
 
 
 def _flag_cond(n_carry: int, carry_avals) -> C.ClosedJaxpr:
