@@ -289,13 +289,13 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
     for k, pos in consumers.get(w, ()):
       e = eqns[k]
       if _traits.has(e.primitive, Trait.ADDITIVE):
+        if producer is None:
+          producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
         if reassociating and e.primitive.name == "sub" and not (
-            pos == 0 and _constant(e.invars[1], eqns, parameters)):
+            pos == 0 and _constant(e.invars[1], eqns, producer, parameters)):
           continue
         if scale[w] is None:
           return True
-        if producer is None:
-          producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
         if any(_scaled_by(x, scale[w], eqns, producer, inputs_plain, 0)
                for i, x in enumerate(e.invars) if i != pos):
           return True
@@ -325,7 +325,8 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
   return False
 
 
-def _constant(x, eqns, parameters: frozenset = frozenset(), depth: int = 0) -> bool:
+def _constant(x, eqns, producer: dict, parameters: frozenset = frozenset(),
+              depth: int = 0) -> bool:
   """Whether `x` may be a value XLA's simplifier knows: a literal, or computed
   from such values only (a broadcast of one, an iota). A program's argument
   (`parameters`) is not. Where that cannot be told (a body's input, a
@@ -337,11 +338,12 @@ def _constant(x, eqns, parameters: frozenset = frozenset(), depth: int = 0) -> b
     return False
   if depth > 4:
     return True
-  for e in eqns:
-    if any(o is x for o in e.outvars):
-      return not C.jaxprs_in_params(e.params) and all(
-          _constant(y, eqns, parameters, depth + 1) for y in e.invars)
-  return True
+  k = producer.get(x)
+  if k is None:
+    return True
+  e = eqns[k]
+  return not C.jaxprs_in_params(e.params) and all(
+      _constant(y, eqns, producer, parameters, depth + 1) for y in e.invars)
 
 
 def _holds_body(eqn) -> bool:

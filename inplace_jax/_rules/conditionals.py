@@ -352,9 +352,8 @@ def _reads_large(cond) -> bool:
   """Whether a branch of conditional `cond` reads a large operand."""
   for branch in cond.params["branches"]:
     j = branch.jaxpr
-    read = {id(v) for e in j.eqns for v in e.invars if not C.is_literal(v)}
-    read |= {id(v) for v in j.outvars if not C.is_literal(v)}
-    if any(is_big(v.aval) and id(v) in read for v in j.invars):
+    _, used = C.dce_jaxpr(j, [True] * len(j.outvars))
+    if any(u and is_big(v.aval) for u, v in zip(used, j.invars, strict=True)):
       return True
   return False
 
