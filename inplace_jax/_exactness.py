@@ -325,25 +325,38 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
   return False
 
 
-def _constant(x, eqns, producer: dict, parameters: frozenset = frozenset(),
-              depth: int = 0) -> bool:
+def _constant(x, eqns, producer: dict, parameters: frozenset = frozenset()) -> bool:
   """Whether `x` may be a value XLA's simplifier knows: a literal, or computed
-  from such values only (a broadcast of one, an iota). A program's argument
-  (`parameters`) is not. Where that cannot be told (a body's input, a
+  from such values only (a broadcast of one, an iota), at any depth, as XLA folds
+  constants through any chain (a value reshaped and tiled by `jnp.resize` after a
+  product of an argument is no constant: fuzz seed 5600 #3645). A program's
+  argument (`parameters`) is not. Where that cannot be told (a body's input, a
   closed-over constant), it may: the answer errs towards "reassociated", which
   only keeps a tie away."""
-  if C.is_literal(x):
-    return True
-  if x in parameters:
-    return False
-  if depth > 4:
-    return True
-  k = producer.get(x)
-  if k is None:
-    return True
-  e = eqns[k]
-  return not C.jaxprs_in_params(e.params) and all(
-      _constant(y, eqns, producer, parameters, depth + 1) for y in e.invars)
+  known: dict = {}
+  stack = [x]
+  while stack:
+    y = stack[-1]
+    if C.is_literal(y) or y in known:
+      stack.pop()
+      continue
+    k = producer.get(y)
+    if y in parameters or k is None:
+      known[y] = y not in parameters
+      stack.pop()
+      continue
+    e = eqns[k]
+    if C.jaxprs_in_params(e.params):
+      known[y] = False
+      stack.pop()
+      continue
+    todo = [z for z in e.invars if not C.is_literal(z) and z not in known]
+    if todo:
+      stack.extend(todo)
+      continue
+    known[y] = all(C.is_literal(z) or known[z] for z in e.invars)
+    stack.pop()
+  return C.is_literal(x) or known[x]
 
 
 def _holds_body(eqn) -> bool:
@@ -406,7 +419,7 @@ def applies_function(eqn) -> bool:
 
 
 def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
-                    depth: int = 0, lane_wise: bool = False) -> bool:
+                    depth: float = 0, lane_wise: bool = False) -> bool:
   """Whether float `var` reaches a fusion-sensitive op through ops XLA would fuse
   with it, here or inside the sub-jaxprs it is passed to (XLA inlines calls and
   hoists loop-invariant and branch code out of loops and conditionals).
@@ -434,8 +447,13 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
       out = True
     elif _traits.eqn_any_of(e, _traits.TRANSPARENT | Trait.UPDATE):
       # The scatter family carries its combiner as a jaxpr of one exact operation
-      # (or none): data movement for this purpose, not a sub-computation.
-      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + 1,
+      # (or none): data movement for this purpose, not a sub-computation. Data
+      # movement counts a quarter step: `jnp.resize` spliced into its caller
+      # (reshape, tile, slice, reshape) is as deep as one operation (fuzz seed
+      # 5600 #752: counted whole, a row read tied before a whole-buffer step
+      # looked too deep to tell, and was left untied).
+      step = 0.25 if _traits.has(e.primitive, Trait.DATA_MOVEMENT) else 1
+      out = any(feeds_sensitive(w, eqns, consumers, memo, inner_sensitive, depth + step,
                                 lane_wise) for w in e.outvars if not C.is_drop_var(w))
     elif C.jaxprs_in_params(e.params):
       pairs = R.bindings(e, pos)

@@ -498,7 +498,7 @@ class InplaceJitted:
   def _sequenced(self, p, buffers, hints):
     return _sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
                            erase_remat_barriers=self._erase_remat, hints=hints,
-                           inline_calls=hints.clone > 0)
+                           inline_calls=True if hints.clone > 0 else "moves")
 
   def _made(self, chosen: Candidate, plan, candidates, reason: str,
             threshold: int | None = None, notes=None) -> Signature:

@@ -3,12 +3,14 @@
 Each pass computes exactly the values its input computes. They put the jaxpr in the
 form the analysis and XLA handle best:
 
-0. `inline_calls` (the program `inplace_jax.jit` compiles only, in clone rounds):
+0. `inline_calls` (the program `inplace_jax.jit` compiles only): in clone rounds,
    `custom_jvp`, `custom_vjp` and `checkpoint` bodies are spliced into their
    caller, as their lowering splices them, and nested `jit` bodies, as XLA
    inlines their calls: the analysis then sees a read inside such a call and an
-   update after it as one program. A jaxpr that may still be differentiated keeps
-   them (their rules would be lost).
+   update after it as one program. In the other rounds, only nested `jit` bodies
+   that move data and compute nothing (`jnp.resize`), so that a read reaching an
+   update through one is a chain the analysis follows. A jaxpr that may still be
+   differentiated keeps them (their rules would be lost).
 1. `discharge_refs`: mutable refs created inside the function become values.
 2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
    ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
@@ -61,14 +63,17 @@ class PassContext:
   # Cheap results read by several equations are computed once per reader
   # (`clone_shared`, `Hints.clone`): 0 none, 1 elementwise ones, 2 data movement too.
   clone: int = 0
-  # Whether the jaxpr is only compiled, never differentiated (`inline_calls`).
-  inline_calls: bool = False
+  # Whether the jaxpr is only compiled, never differentiated (`inline_calls`):
+  # True splices every call XLA inlines, "moves" only nested jits of data
+  # movement, False none.
+  inline_calls: bool | str = False
 
 
 def inline_calls(jaxpr, consts, ctx: PassContext):
   if not ctx.inline_calls:
     return jaxpr, consts
-  return _inlined(jaxpr, ctx.erase_remat_barriers, {}), consts
+  return _inlined(jaxpr, ctx.erase_remat_barriers, {},
+                  moves_only=ctx.inline_calls == "moves"), consts
 
 
 def discharge_refs(jaxpr, consts, ctx: PassContext):
@@ -264,7 +269,7 @@ def _params_with(params, transform: Callable) -> dict | None:
   return new_params
 
 
-def _inlined(jaxpr, erase_remat: bool, memo: dict):
+def _inlined(jaxpr, erase_remat: bool, memo: dict, moves_only: bool = False):
   """`jaxpr` with the calls `_call_body` splices spliced, at every depth."""
   hit = memo.get(id(jaxpr))
   if hit is not None and hit[0] is jaxpr:
@@ -273,13 +278,15 @@ def _inlined(jaxpr, erase_remat: bool, memo: dict):
   alias: dict = {}      # a spliced call's result -> the atom that holds it now
   changed = False
   for e in jaxpr.eqns:
-    new_params = _params_with(e.params, lambda j: _inlined(j, erase_remat, memo))
+    new_params = _params_with(e.params,
+                              lambda j: _inlined(j, erase_remat, memo, moves_only))
     if new_params is not None:
       e = e.replace(params=new_params)
       changed = True
     if alias and any(not C.is_literal(v) and v in alias for v in e.invars):
       e = e.replace(invars=[_aliased(v, alias) for v in e.invars])
-    body = _call_body(e, erase_remat)
+    body = (_call_body(e, erase_remat) if not moves_only or _moves_only_call(e)
+            else None)
     if body is None:
       eqns.append(e)
       continue
@@ -296,6 +303,17 @@ def _inlined(jaxpr, erase_remat: bool, memo: dict):
 
 def _aliased(v, alias: dict):
   return v if C.is_literal(v) else alias.get(v, v)
+
+
+def _moves_only_call(eqn) -> bool:
+  """A nested `jit` XLA inlines whose body only moves data (`jnp.resize`): no
+  arithmetic whose fusion could change a value is spliced with it."""
+  if eqn.primitive is not C.jit_p or not C.plain_nested_jit(eqn.params):
+    return False
+  body = eqn.params["jaxpr"]
+  body = body.jaxpr if isinstance(body, C.ClosedJaxpr) else body
+  return bool(body.eqns) and all(
+      _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT) for e in body.eqns)
 
 
 def _call_body(eqn, erase_remat: bool):

@@ -98,7 +98,8 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
 def _sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
                     in_loop: bool = False, boundary: bool = True,
                     erase_remat_barriers: bool = False, hints: Hints = Hints(),
-                    buffers: Sequence[bool] | None = None, inline_calls: bool = False):
+                    buffers: Sequence[bool] | None = None,
+                    inline_calls: bool | str = False):
   """`sequence_jaxpr` without its last check: `inplace_jax.jit` checks each
   candidate itself and compiles none it refuses."""
   if isinstance(closed_jaxpr, C.ClosedJaxpr):

@@ -246,6 +246,20 @@ def row_add_step_row_set_then_window_add(x):
   return x.at[:, 11].add(jnp.resize(v, (16,)) * 2 + 1)
 
 
+def square_resized_into_a_window_after_a_matmul_add(b0, b1):
+  """Fuzz seed 5600 #3062, its dead read left out. `b1 * b1` reaches b0's update
+  only through `jnp.resize`, a nested jit that only moves data: spliced into the
+  program (`_passes.inline_calls`), the product's window is a chain of equations
+  the analysis follows to its tie; kept as a call, one copy of each buffer
+  remained."""
+  v1 = b1 * b1
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(128, dtype=jnp.float32).reshape(16, 8) % 3 - 1)
+                * 0.125)(b0)
+  b1 = b1.at[0:48, 4:12].add(v2[0:48, 0:8])
+  b0 = b0.at[33:37, 2:5].set(jnp.resize(v1, (4, 3)) * 0.5 + 1)
+  return b0, b1, v2
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -294,6 +308,9 @@ CASES = {
                                           _normal((16, 24)), (0,), ()),
     "row_add_step_row_set_then_window_add": (
         row_add_step_row_set_then_window_add, _ints(k=1), (0,), ()),
+    "square_resized_into_a_window_after_a_matmul_add": (
+        square_resized_into_a_window_after_a_matmul_add, _normal((48, 16), (48, 16)),
+        (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},
@@ -1073,20 +1090,23 @@ def test_reads_the_copy_needs_are_found(fn, shapes):
 @pytest.mark.skipif(not ON_CPU, reason="XLA:CPU's simplifier, measured on CPU")
 @pytest.mark.parametrize("update", ["row", "window", "dynamic_row", "repeated"])
 @pytest.mark.parametrize("step", ["+ c", "+ c * -0.5", "+ 3", "- 3", "- c", "- 0.5 * c",
-                                  "- b[3] * 0.5"])
+                                  "- b[3] * 0.5", "- moved 0.5 * c"])
 def test_adds_xla_moves_in_front_of_a_scatter_add_are_predicted(update, step):
   """`_exactness.reassociated` against XLA. Inputs where the two orders round
   differently (`b + u`, u half an ulp of `b`, rounds back to `b`) show, in
   jax.jit's values, whether XLA's simplifier moved the step in front of the
   scatter-add (`scatter_add(b + y, i, u)`) or left it after; the rule must
   predict the same (a wrong "left" would let a barrier change the arithmetic
-  where no check sees it: the fingerprint lists no plain adds)."""
+  where no check sees it: the fingerprint lists no plain adds). "- moved 0.5 * c"
+  reaches the argument through seven equations (a product reshaped and
+  transposed, as `jnp.resize` moves a value): no constant, at any depth."""
   from inplace_jax import _exactness as X
   from inplace_jax._graph import Graph
   b0, c0, u = {"+ c": (1.0, -1.0, 2.0 ** -24), "+ c * -0.5": (1.0, 2.0, 2.0 ** -24),
                "+ 3": (-3.0, 0.0, 2.0 ** -23), "- 3": (3.0, 0.0, 2.0 ** -23),
                "- c": (1.0, 1.0, 2.0 ** -24), "- 0.5 * c": (1.0, 2.0, 2.0 ** -24),
-               "- b[3] * 0.5": (2.0, 0.0, 2.0 ** -23)}[step]
+               "- b[3] * 0.5": (2.0, 0.0, 2.0 ** -23),
+               "- moved 0.5 * c": (1.0, 2.0, 2.0 ** -24)}[step]
   updates = {
       "row": (lambda b, c: b.at[9].add(u), (9, 0), 1),
       "window": (lambda b, c: b.at[5:6, 2:5].add(u), (5, 2), 1),
@@ -1100,7 +1120,10 @@ def test_adds_xla_moves_in_front_of_a_scatter_add_are_predicted(update, step):
       "- c": (lambda s, b, c: s - c, lambda: -c0),
       "- 0.5 * c": (lambda s, b, c: s - 0.5 * c, lambda: -(np.float32(0.5) * np.float32(c0))),
       "- b[3] * 0.5": (lambda s, b, c: s - b[3] * 0.5,
-                       lambda: -(np.float32(b0) * np.float32(0.5)))}
+                       lambda: -(np.float32(b0) * np.float32(0.5))),
+      "- moved 0.5 * c": (lambda s, b, c: s - jnp.transpose(jnp.transpose(
+          (0.5 * c).reshape(384).reshape(24, 16).reshape(384).reshape(24, 16))),
+          lambda: -(np.float32(0.5) * np.float32(c0)))}
   upd, where, times = updates[update]
   stp, rhs = steps[step]
 
