@@ -12,6 +12,10 @@ form the analysis and XLA handle best:
    update through one is a chain the analysis follows. A jaxpr that may still be
    differentiated keeps them (their rules would be lost).
 1. `discharge_refs`: mutable refs created inside the function become values.
+   `fold_known_conditionals`: a `cond` whose index literals alone compute
+   (`lax.switch(jnp.int32(2), ...)`) is the branch it takes, as XLA folds the
+   index and inlines that branch; the analysis then sees that branch's reads and
+   updates where they run.
 2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
    ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
 3. `predicate_batched_loops`: a `while` whose predicate is batched (`vmap` of a
@@ -80,6 +84,87 @@ def discharge_refs(jaxpr, consts, ctx: PassContext):
   if not C.creates_refs(jaxpr):
     return jaxpr, consts
   return C.discharge_refs(jaxpr, consts)
+
+
+def fold_known_conditionals(jaxpr, consts, ctx: PassContext):
+  return _known_branches_spliced(jaxpr, {}), consts
+
+
+def _known_branches_spliced(jaxpr, memo: dict):
+  """`jaxpr` with each `cond` whose index is known when it compiles (computed
+  from literals only: `lax.switch(jnp.int32(2), ...)`) replaced by the branch it
+  takes, at every depth, as XLA folds the index and inlines that branch."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  eqns: list = []
+  alias: dict = {}
+  producer: dict = {}
+  values: dict = {}
+  changed = False
+  for e in jaxpr.eqns:
+    new_params = _params_with(e.params, lambda j: _known_branches_spliced(j, memo))
+    if new_params is not None:
+      e = e.replace(params=new_params)
+      changed = True
+    if alias and any(not C.is_literal(v) and v in alias for v in e.invars):
+      e = e.replace(invars=[_aliased(v, alias) for v in e.invars])
+    if e.primitive is C.cond_p and not e.effects:
+      index = _known_value(e.invars[0], producer, values, 0)
+      branches = e.params["branches"]
+      if index is not None:
+        k = int(index)
+        taken = branches[k if 0 <= k < len(branches) else len(branches) - 1]
+        if not taken.consts and not taken.jaxpr.effects:
+          eqns.extend(_spliced((taken.jaxpr, None), e.replace(invars=e.invars[1:]),
+                               alias))
+          changed = True
+          continue
+    for v in e.outvars:
+      if not C.is_drop_var(v):
+        producer[v] = e
+    eqns.append(e)
+  out = jaxpr
+  if changed:
+    out = C.Jaxpr(jaxpr.constvars, jaxpr.invars,
+                  [_aliased(v, alias) for v in jaxpr.outvars], eqns, jaxpr.effects,
+                  jaxpr.debug_info)
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+def _known_value(v, producer: dict, values: dict, depth: int):
+  """The value of integer or boolean scalar `v` where literals alone compute it
+  (evaluated here, through the same primitives); else None."""
+  if C.is_literal(v):
+    return np.asarray(v.val)
+  if v in values:
+    return values[v]
+  e = producer.get(v)
+  values[v] = None
+  if e is None or e.effects or depth > _KNOWN_DEPTH or any(
+      o.aval.shape or (not np.issubdtype(o.aval.dtype, np.integer)
+                       and o.aval.dtype != np.bool_)
+      for o in e.outvars if not C.is_drop_var(o)):
+    return None
+  if C.jaxprs_in_params(e.params) and not (e.primitive is C.jit_p
+                                           and C.plain_nested_jit(e.params)):
+    return None
+  args = [_known_value(x, producer, values, depth + 1) for x in e.invars]
+  if any(a is None for a in args):
+    return None
+  try:
+    with jax.ensure_compile_time_eval():
+      outs = C.bind_eqn(e, [jax.numpy.asarray(a) for a in args])
+  except Exception:     # a primitive that cannot run here: the index stays unknown
+    return None
+  for o, x in zip(e.outvars, outs, strict=True):
+    if not C.is_drop_var(o):
+      values[o] = np.asarray(x)
+  return values[v]
+
+
+_KNOWN_DEPTH = 16
 
 
 def dead_code(jaxpr, consts, ctx: PassContext):
@@ -207,9 +292,9 @@ def clone_shared(jaxpr, consts, ctx: PassContext):
   return _cloned(jaxpr, ctx.clone, {}), consts
 
 
-PASSES = (inline_calls, discharge_refs, dead_code, predicate_batched_loops,
-          pick_given_outputs, merge_cond_operands, carry_scanned_buffers, distinct_fills,
-          erase_remat_barriers, clone_shared)
+PASSES = (inline_calls, discharge_refs, fold_known_conditionals, dead_code,
+          predicate_batched_loops, pick_given_outputs, merge_cond_operands,
+          carry_scanned_buffers, distinct_fills, erase_remat_barriers, clone_shared)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):

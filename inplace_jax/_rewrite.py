@@ -179,14 +179,43 @@ def reads_across_barrier(jaxpr) -> bool:
     if subs or e.primitive in _UNFUSED:
       continue
     for y in e.invars:
-      if C.is_literal(y) or y not in tied or not any(
+      if C.is_literal(y) or not any(
           getattr(o.aval, "shape", None) == y.aval.shape
           and getattr(o.aval, "dtype", None) == y.aval.dtype for o in e.outvars):
         continue
-      if any(w is not y and not C.is_literal(w)
-             and _fused_from(w, tied[y], jaxpr, producer) for w in e.invars):
-        return True
+      for root in _elementwise_roots(y, tied, jaxpr, producer):
+        if any(w is not y and not C.is_literal(w)
+               and _fused_from(w, tied[root], jaxpr, producer) for w in e.invars):
+          return True
   return False
+
+
+def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
+  """The barrier outputs `y` is computed from elementwise, at its shape (`y` itself
+  if it is one): XLA computes such a chain in the loop that writes over that
+  buffer, so a read of the buffer from before the barrier that meets the chain
+  later (`x * 0.5 + x[21]` after the tie, where the barrier output's first user
+  is the multiply; fuzz seed 5600 #5521, its row tiled by `jnp.resize`) is read
+  in that loop too."""
+  roots, stack, seen = [], [y], set()
+  while stack:
+    v = stack.pop()
+    if v in seen:
+      continue
+    seen.add(v)
+    if v in tied:
+      roots.append(v)
+      continue
+    k = producer.get(v)
+    if k is None:
+      continue
+    e = jaxpr.eqns[k]
+    if not _traits.has(e.primitive, _traits.Trait.ELEMENTWISE) or e.primitive in (
+        C.optimization_barrier_p,):
+      continue
+    stack.extend(u for u in e.invars if not C.is_literal(u)
+                 and getattr(u.aval, "shape", None) == y.aval.shape)
+  return roots
 
 
 def _fused_from(w, x, jaxpr, producer) -> bool:

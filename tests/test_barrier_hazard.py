@@ -26,6 +26,14 @@ def _set_then_add_row(x):
   return z + row                  # ... and fused into the update after it
 
 
+def _scale_then_add_row(x):
+  y = x.at[:, 5:13].set(1.0)
+  row = y[21:22] * -0.01          # read before the barrier ...
+  z = lax.optimization_barrier(y)
+  return z * 0.5 + row            # ... and met after the barrier's first user
+                                  # (fuzz seed 5600 #5521)
+
+
 def _tied_row(x):
   y = x.at[:, 5:13].set(1.0)
   z, r = lax.optimization_barrier((y, y[21:22]))
@@ -42,7 +50,7 @@ def _x():
 
 def test_hazard_found_at_any_depth_and_only_there():
   for fn, expected in ((_set_then_add_row, True), (_inside_loop, True),
-                       (_tied_row, False)):
+                       (_scale_then_add_row, True), (_tied_row, False)):
     assert _rewrite.reads_across_barrier(jax.make_jaxpr(fn)(_x()).jaxpr) is expected
 
 
@@ -51,10 +59,11 @@ def test_hazard_is_miscompiled_where_barriers_are_kept():
   equal values, XLA fixed it and the check only costs copies."""
   if not ON_CPU:
     pytest.skip("measured on XLA:CPU")
-  ref = np.asarray(jax.jit(_set_then_add_row)(_x()))
-  kept = jax.jit(_set_then_add_row).lower(_x()).compile(
-      compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
-  assert not np.array_equal(np.asarray(kept(_x())), ref)
+  for fn in (_set_then_add_row, _scale_then_add_row):
+    ref = np.asarray(jax.jit(fn)(_x()))
+    kept = jax.jit(fn).lower(_x()).compile(
+        compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
+    assert not np.array_equal(np.asarray(kept(_x())), ref), fn.__name__
   ref_tied = np.asarray(jax.jit(_tied_row)(_x()))
   kept_tied = jax.jit(_tied_row).lower(_x()).compile(
       compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})

@@ -260,6 +260,25 @@ def square_resized_into_a_window_after_a_matmul_add(b0, b1):
   return b0, b1, v2
 
 
+def known_switch_writes_a_window_then_column_read(b0, b1):
+  """Fuzz seed 5600 #4942, by hand. The switch's index is a literal: XLA folds
+  it and inlines the branch taken, and so does inplace_jax now
+  (`_passes.fold_known_conditionals`); the column read before it and the window
+  written inside are then ordered as in a straight program. Kept a conditional,
+  jax.jit's two copies of b1 remained."""
+  v3 = b1[:, 12]
+
+  def br0(b1, b0):
+    b1 = lax.dynamic_update_slice(b1, jnp.full((23, 3), 0.0),
+                                  (jnp.argmin(b0[:, 3]) % 2, 4))
+    return b1, jnp.sum(v3)
+
+  def br1(b1, b0):
+    return b1, jnp.float32(0)
+  b1, s = lax.switch(jnp.int32(0), [br0, br1], b1, b0)
+  return b1, s, lax.dynamic_index_in_dim(b1, jnp.argmax(b1[9]) % 24, 1, keepdims=False)
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -311,6 +330,9 @@ CASES = {
     "square_resized_into_a_window_after_a_matmul_add": (
         square_resized_into_a_window_after_a_matmul_add, _normal((48, 16), (48, 16)),
         (0, 1), ()),
+    "known_switch_writes_a_window_then_column_read": (
+        known_switch_writes_a_window_then_column_read, _normal((24, 24), (24, 24)),
+        (1,), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},
