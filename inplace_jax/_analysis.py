@@ -168,6 +168,8 @@ class _State:
     reduction or a transcendental, XLA would otherwise fuse it into that op, whose
     last bit can change with the fusion; such values are not tied. Nor values that
     reach an operation a barrier changed in an earlier compile (`Hints.avoid`)."""
+    if self.hints.bold:
+      return self.reaches_avoided(var)
     return (X.feeds_sensitive(var, self.g.eqns, self.g.consumers, self.sensitive_memo,
                               self.inner_sensitive,
                               lane_wise=self.hints.through_updates)
@@ -682,6 +684,8 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
 def _cut_safe(st: _State, eqn, var) -> bool:
   """Whether a barrier may follow `var`; in a refinement round, also after a product
   nothing adds (`_exactness.cut_safe_here`), which the fingerprint then checks."""
+  if st.hints.bold:
+    return _no_fold_across(st, eqn, var)
   if st.hints.through_updates:
     return X.cut_safe_here(eqn, var, st.g.eqns, st.g.consumers,
                            inputs_plain=not _inlined(st)) and \

@@ -126,6 +126,9 @@ class Candidate:
   materialised: bool = False
   # Whether the lowering round compiled it (`_plan.Hints.lower`).
   lowered: bool = False
+  # Whether the last round compiled it, the analysis's arithmetic predictions set
+  # aside (`_plan.Hints.bold`).
+  bold: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,7 +418,11 @@ class InplaceJitted:
     slices, reshapes and broadcasts too: `CLONE_COMPILES` compiles in all, each
     level `CLONE_LEVEL_COMPILES` at most. Where copies still remain
     and some candidate's copy names no read to tie, one more compile
-    materialises each update (`Hints.materialise`)."""
+    materialises each update (`Hints.materialise`). Last, where a remaining copy is
+    about a read the analysis left untied because it predicted that a barrier
+    would change arithmetic, up to `BOLD_COMPILES` compiles set those predictions
+    aside (`Hints.bold`): the compiled fingerprint and kernels judge each
+    candidate, as they judge every other."""
     candidates, plans, seen = [plain], [], []
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     best, best_plan = plain, None
@@ -446,7 +453,7 @@ class InplaceJitted:
           last = dataclasses.replace(self._settle(p, args_flat, last, plain, plain_ir),
                                      clone=hints.clone,
                                      materialised=hints.materialise,
-                                     lowered=hints.lower)
+                                     lowered=hints.lower, bold=hints.bold)
           candidates.append(last)
           if _improves(last, best, plain, threshold):
             best, best_plan = last, plan
@@ -493,6 +500,11 @@ class InplaceJitted:
       if sites and best.report.verified and any(
           _at_conditional(c, sites) for c in best.report.buffer_copies(threshold)):
         run(lowered, len(candidates))
+    # Copies whose reads the analysis left untied, predicting that a tie changes
+    # arithmetic: one round with those predictions set aside (`Hints.bold`), the
+    # compiled fingerprint and kernels judging instead.
+    if copies_remain() and _untied_by_prediction(best, plans, threshold):
+      run(dataclasses.replace(learnt, bold=True), len(candidates) + BOLD_COMPILES - 1)
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
@@ -629,6 +641,9 @@ REFINE_ROUNDS = 2
 CLONE_LEVELS = (1, 2)
 CLONE_COMPILES = 3
 CLONE_LEVEL_COMPILES = 2
+# The last round, where copies remain and the analysis left reads untied as
+# predicted to change arithmetic: those predictions set aside (`Hints.bold`).
+BOLD_COMPILES = 2
 
 
 def _bytes(c: Candidate, min_bytes: int) -> tuple[int, int, int]:
@@ -899,6 +914,20 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
     out.append(dataclasses.replace(c, cause=cause))
   report = dataclasses.replace(report, copies=tuple(out))
   return report.with_findings(findings_from(used))
+
+
+def _untied_by_prediction(best: Candidate, plans, threshold: int) -> bool:
+  """Whether a buffer copy of `best` is about a read the analysis left untied,
+  predicting that a barrier would change arithmetic (not one an earlier compile
+  showed it would)."""
+  conflicts = [k for q in plans for k in q.all_conflicts()
+               if k.kind is _plan.FindingKind.WOULD_CHANGE_ARITHMETIC]
+  if not conflicts:
+    return False
+  donated = {d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
+             for d in best.report.donations if d.parameter is not None}
+  return any(_about(k, c, donated.get(c.buffer_parameter))
+             for c in best.report.buffer_copies(threshold) for k in conflicts)
 
 
 def _copied_buffers(p, report: CopyReport, min_bytes: int) -> tuple[bool, ...]:

@@ -74,6 +74,12 @@ class Hints:
   # loops (`_rules.conditionals`), even where XLA is predicted to keep it in place
   # as it is: an earlier compile still copied a buffer around a conditional.
   lower: bool = False
+  # The analysis's predictions of XLA's fusions set aside: reads are tied even
+  # where a barrier is predicted to change arithmetic (a value that feeds a
+  # reduction or a transcendental, a product an add may contract), and the
+  # compiled program's fingerprint and kernels decide (`inplace_jax.jit`'s last
+  # round, only where copies remain).
+  bold: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
