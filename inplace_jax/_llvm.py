@@ -864,11 +864,23 @@ class _Semantics:
     out, r = self.form(name, resolve, mat)
     if stored and out not in _LEAVES:
       if _opcode(self.rhs[name]) in _CONTRACTIBLE and \
-          consumer in ("fadd", "fsub", "fneg", "fpext"):
+          consumer in ("fadd", "fsub", "fneg", "fpext") and \
+          not self.shared_product(text, name, consumer):
         self.refused = True
       else:
         return "(load)", False
     return f"({out})", r
+
+  def shared_product(self, text: str, name: str, consumer: str) -> bool:
+    """Whether operand `text` of an add is a product LLVM cannot contract into
+    it: the product itself (not moved across lanes) with more than one use. x86's
+    instruction selection forms an FMA only from a product with one use (no
+    aggressive FMA fusion), so a product an add shares with another use rounds
+    on its own, as a stored one loaded (`v - v` for `v = b * b`, recomputed by
+    jax.jit in the subtraction's loop and loaded by a sequenced program: fuzz
+    seed 5800 #237)."""
+    return consumer in ("fadd", "fsub") and text == name and \
+        _opcode(self.rhs[name]) == "fmul" and self.uses[name] > 1
 
   def generic(self, text: str, home: str, resolve: bool, mat: bool,
               placed: bool) -> tuple[str, bool]:
@@ -967,6 +979,8 @@ class _Semantics:
     if name is None or name not in self.rhs or _opcode(self.rhs[name]) != "fmul" or \
         not _flags(self.rhs[name]) <= _PLAIN_FLAGS:
       return None
+    if mat and self.uses[name] > 1 and self.form(name, True, False)[0] in self.materialised:
+      return None     # a stored product no add contracts: read as a load (`operand`)
     p = _PRODUCT_TEXT.match(_semantic_text(self.rhs[name]))
     factors = _operands(p.group(3)) if p else []
     if p is None or len(factors) != 2:

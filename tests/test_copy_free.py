@@ -293,6 +293,18 @@ def matmul_read_returned_then_added_into_window(b0):
   return jnp.mean(b0, axis=0), b0, v2
 
 
+def square_returned_then_step_and_its_difference(b0):
+  """Fuzz seed 5800 #237 (as generated). jax.jit recomputes `b0 * b0` in the
+  update's loop and in `v1 - v1`'s; the sequenced program loads the stored square
+  in both. The same bits: the update's product `0.25 * v1` is the one the
+  subtraction contracts either way, and `v1 - v1` shares its product between two
+  operands, which x86 never contracts (`_llvm._Semantics.shared_product`)."""
+  v1 = b0 * b0
+  b0 = b0 - 0.25 * v1
+  v2 = v1 - v1
+  return b0, v2, v1
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -349,6 +361,8 @@ CASES = {
         (1,), ()),
     "matmul_read_returned_then_added_into_window": (
         matmul_read_returned_then_added_into_window, _normal((32, 16)), (0,), ()),
+    "square_returned_then_step_and_its_difference": (
+        square_returned_then_step_and_its_difference, _normal((24, 32)), (0,), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},

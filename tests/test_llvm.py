@@ -489,6 +489,31 @@ def test_semantics_tell_where_a_product_is_contracted():
                               _llvm.read([product, loads.replace("k2", "k3")]))
 
 
+def test_semantics_read_a_shared_product_as_a_load():
+  """A stored product recomputed where an add or subtract shares it with another
+  use (`v - v` for `v = x * 0.5`) rounds on its own: x86 forms an FMA only from a
+  product with one use, so the recomputation is the stored value (fuzz seed 5800
+  #237). With one use, it is not (the add may contract it)."""
+  shared = _kernel("k2", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %z = fsub float %m, %m
+  store float %z, ptr %p, align 4""")
+  loads = _kernel("k2", """\
+  %m = load float, ptr %q, align 4
+  %z = fsub float %m, %m
+  store float %z, ptr %p, align 4""")
+  assert _llvm.same_semantics(_llvm.read([_PRODUCT, shared]),
+                              _llvm.read([_PRODUCT, loads]))
+  assert not _llvm.recomputes_unloadably(_llvm.read([_PRODUCT, shared]),
+                                         _llvm.read([_PRODUCT, loads]))
+  single = shared.replace("%z = fsub float %m, %m", "%z = fsub float %m, %x")
+  single_loads = loads.replace("%z = fsub float %m, %m",
+                               "%x = load float, ptr %p, align 4\n  %z = fsub float %m, %x")
+  assert not _llvm.same_semantics(_llvm.read([_PRODUCT, single]),
+                                  _llvm.read([_PRODUCT, single_loads]))
+
+
 def test_semantics_want_one_form_per_expression():
   """An expression contracted in one place and not in another (a product left in
   the loop for some elements, hoisted for others: fuzz regression #3030) is
