@@ -886,9 +886,7 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
   changed = [k for k in candidates if ops((k,))]
   runs = ("jax.jit's program runs" if report.program != "sequenced"
           else "a sequenced program that keeps this copy runs")
-  donated: dict[int | None, str] = {
-      d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
-      for d in report.donations if d.parameter is not None}
+  donated = _donated_types(report)
   used: list = []
   out = []
   for c in report.copies:
@@ -917,17 +915,21 @@ def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> Cop
 
 
 def _untied_by_prediction(best: Candidate, plans, threshold: int) -> bool:
-  """Whether a buffer copy of `best` is about a read the analysis left untied,
-  predicting that a barrier would change arithmetic (not one an earlier compile
-  showed it would)."""
+  """Whether a buffer copy of `best` is about a read some round's analysis left
+  untied as one whose tie would change arithmetic."""
   conflicts = [k for q in plans for k in q.all_conflicts()
                if k.kind is _plan.FindingKind.WOULD_CHANGE_ARITHMETIC]
   if not conflicts:
     return False
-  donated = {d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
-             for d in best.report.donations if d.parameter is not None}
+  donated = _donated_types(best.report)
   return any(_about(k, c, donated.get(c.buffer_parameter))
              for c in best.report.buffer_copies(threshold) for k in conflicts)
+
+
+def _donated_types(report: CopyReport) -> dict[int | None, str]:
+  """Each donated argument's type (`dtype[shape]`), by its parameter number."""
+  return {d.parameter: f"{d.dtype}[{','.join(str(n) for n in d.shape)}]"
+          for d in report.donations if d.parameter is not None}
 
 
 def _copied_buffers(p, report: CopyReport, min_bytes: int) -> tuple[bool, ...]:
