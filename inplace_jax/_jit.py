@@ -504,7 +504,13 @@ class InplaceJitted:
     # arithmetic: one round with those predictions set aside (`Hints.bold`), the
     # compiled fingerprint and kernels judging instead.
     if copies_remain() and _untied_by_prediction(best, plans, threshold):
-      run(dataclasses.replace(learnt, bold=True), len(candidates) + BOLD_COMPILES - 1)
+      # Kept away from every operation an earlier candidate's barriers changed:
+      # only ties the predictions refused are new (where that changes nothing, no
+      # compile: `optax.MultiSteps`, whose adds every candidate changed).
+      avoid = frozenset(o.key for c in candidates for o in c.changed
+                        if not isinstance(o, str) and o.key)
+      run(dataclasses.replace(learnt, bold=True, avoid=avoid),
+          len(candidates) + BOLD_COMPILES - 1)
     return best, best_plan, plans, candidates
 
   def _sequenced(self, p, buffers, hints):
