@@ -379,10 +379,16 @@ class InplaceJitted:
 
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
-    # Its kernels' IR is dumped where a candidate may follow (a donated buffer),
-    # so that no candidate needs jax.jit's program compiled once more to compare.
+    # jax.jit's kernels' IR is dumped where a candidate may follow, so that no
+    # candidate needs jax.jit's program compiled once more to compare: where the
+    # first round's plan over every donated buffer places a tie. Where it places
+    # none (a KV-cache decode, a rollout written in place), the dump, about a
+    # third of a compile, is not paid; should a later round compile a candidate
+    # after all, `_settled` compiles jax.jit's program once more for its IR.
+    donated = C.params_donated(p)
+    first = {donated: self._sequenced(p, donated, _plan.Hints())} if any(donated) else {}
     plain = self._compile(p, args_flat, "jax.jit", C.params_jaxpr(p), self._user_options,
-                          dump=any(C.params_donated(p)))
+                          dump=any(self._compilable(*v) for v in first.values()))
     threshold = significant_bytes(plain.report, self.min_bytes)
     if plain.report.verified and not plain.report.buffer_copies(threshold) and \
         not plain.report.loop_temporaries(loop_bytes(threshold)):
@@ -399,14 +405,15 @@ class InplaceJitted:
                if plain.small_calls else self._our_options)
     try:
       best, best_plan, plans, candidates = self._rounds(
-          p, args_flat, buffers, plain, options, threshold)
+          p, args_flat, buffers, plain, options, threshold, first)
     finally:
       _llvm.forget()
     return self._made(best, best_plan or plans[-1], tuple(candidates),
                       _why(best, plain, candidates, threshold), threshold,
                       notes=[k for q in plans for k in q.all_conflicts()])
 
-  def _rounds(self, p, args_flat, buffers, plain: Candidate, options, threshold):
+  def _rounds(self, p, args_flat, buffers, plain: Candidate, options, threshold,
+              first: dict | None = None):
     """The sequenced candidates, round by round (`_next_hints`): the best one, its
     plan, every plan and every candidate compiled (jax.jit's first).
 
@@ -431,14 +438,15 @@ class InplaceJitted:
       nonlocal best, best_plan
       last = plain
       while len(candidates) <= limit:
-        new, plan = self._sequenced(p, buffers, hints)
+        if first and hints == _plan.Hints() and buffers in first:
+          new, plan = first.pop(buffers)       # sequenced by `_decide` already
+        else:
+          new, plan = self._sequenced(p, buffers, hints)
         plans.append(plan)
         # Printed only where it may be compiled (printing a large program costs
         # more than sequencing it). A program XLA would miscompile with its
         # barriers kept is never compiled.
-        text = str(new.jaxpr) if plan.changed or (
-            self._our_options != self._user_options
-            and _holds(new.jaxpr, C.optimization_barrier_p)) else None
+        text = str(new.jaxpr) if self._compilable(new, plan) else None
         if text is not None and text not in seen and \
             not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)
@@ -512,6 +520,12 @@ class InplaceJitted:
       run(dataclasses.replace(learnt, bold=True, avoid=avoid),
           len(candidates) + BOLD_COMPILES - 1)
     return best, best_plan, plans, candidates
+
+  def _compilable(self, new, plan) -> bool:
+    """Whether a sequenced program may be compiled as a candidate: its plan placed
+    a tie, or the user's own barriers compile otherwise under our options."""
+    return plan.changed or (self._our_options != self._user_options
+                            and _holds(new.jaxpr, C.optimization_barrier_p))
 
   def _sequenced(self, p, buffers, hints):
     return _sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,

@@ -422,6 +422,54 @@ def test_first_call_compiles_each_program_once_and_runs_the_one_inspected(copies
   assert_tree_equal((expect_x, expect_y), compiled(fresh(_x())))
 
 
+def _update_then_min(b0, b1):
+  # Fuzz seed 5900 #64: no read of an old version, so the first plan ties
+  # nothing; XLA still copies b0 (it computes the min over the update fused),
+  # and the refinement round ties the min's read behind that copy.
+  b0 = lax.dynamic_update_slice(b0, jnp.full((1, 31), 1.5, jnp.float32),
+                                (jnp.int32(9), jnp.argmax(b1[8]) % 2))
+  return b0, b1, jnp.min(b0, axis=1)
+
+
+@pytest.mark.parametrize("case", ["no tie", "tie", "a later round ties"])
+def test_jax_jits_ir_is_dumped_where_a_candidate_may_follow(case, monkeypatch):
+  # Dumping jax.jit's kernels' IR costs about a third of its compile: it is
+  # dumped with that compile only where the first plan over the donated buffers
+  # places a tie. Where none is placed but a later round compiles a candidate
+  # all the same, jax.jit's program is compiled once more for its IR, and the
+  # candidate is judged as any other.
+  import inplace_jax._jit as J
+  dumps = []
+  real = J.InplaceJitted._compiled_with_kernels
+  monkeypatch.setattr(J.InplaceJitted, "_compiled_with_kernels",
+                      lambda self, *a: dumps.append(a[2]) or real(self, *a))
+  if case == "a later round ties":
+    f, args, donate = _update_then_min, lambda: (
+        jnp.arange(512.0).reshape(16, 32) % 7,
+        (jnp.arange(512.0).reshape(16, 32) % 5).astype(jnp.bfloat16)), (0, 1)
+  else:
+    def f(x, v):
+      y = x[0, 0] if case == "tie" else 1.0
+      return x.at[3].set(v), y
+    args, donate = lambda: (_x(), jnp.ones(_x().shape[1])), 0
+  compiles = _backend_compiles()
+  expect = jax.jit(f)(*args())
+  g = inplace_jax.jit(f, donate_argnums=donate, on_copy="ignore")
+  before = len(compiles)
+  assert_tree_equal(expect, g(*args()))
+  sig = g.signatures[-1]
+  n = len(sig.candidates)
+  if case == "no tie":
+    assert (dumps, n, len(compiles) - before) == ([], 1, 1)
+  elif case == "tie":
+    # jax.jit's program with its dump, then the candidate with its own.
+    assert len(dumps) == n == len(compiles) - before == 2
+  else:
+    assert n >= 2 and len(dumps) == n and len(compiles) - before == n + 1
+  if ON_CPU and case != "no tie":
+    assert sig.program == "sequenced" and not sig.report.buffer_copies(1024)
+
+
 def test_small_loops_jax_jit_hoists_are_hoisted_in_the_sequenced_program():
   # XLA:CPU emits a loop that touches little memory as one kernel
   # (`xla_cpu_small_call`); the sequenced program compiles such loops as jax.jit's
