@@ -317,7 +317,7 @@ class InplaceJitted:
     texts = C.optimised_ir(lambda folder: box.append(self._compiled(
         p, args_flat, jaxpr, tuple(options) + ((C.DUMP_OPTION, folder),))))
     compiled = box[0] if box else self._compiled(p, args_flat, jaxpr, options)
-    return compiled, None if texts is None else _llvm.Dump(texts)
+    return compiled, None if texts is None else _llvm.Dump(texts, compiled.as_text)
 
   def _settle(self, p, args_flat, cand: Candidate, plain: Candidate,
               plain_ir: dict) -> Candidate:

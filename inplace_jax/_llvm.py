@@ -44,8 +44,10 @@ import collections
 import dataclasses
 import fractions
 import hashlib
+import math
 import re
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Sequence
 
 _DEFINE = re.compile(r"^\s*(%[\w.\-]+)\s*=\s*(.*)$")
 _LABEL = re.compile(r"^([\w.\-]+):")
@@ -65,16 +67,22 @@ _FLOAT_TYPE = re.compile(r"\b(half|bfloat|float|double|fp128|x86_fp80)\b")
 _LIMIT = 512
 
 
-def _functions(text: str) -> list[dict[str, list[str]]]:
+def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
+               ) -> list[dict[str, list[str]]]:
   """Each function of an LLVM module: its basic blocks, each a list of its
-  instructions (metadata dropped)."""
+  instructions (metadata dropped); where `constants` gives a function's arguments
+  that hold a constant (`constant_arguments`), a division or comparison reads the
+  constant instead of its load (`_constant_loads`)."""
   out: list[dict[str, list[str]]] = []
+  names: list[str] = []
   blocks: dict[str, list[str]] | None = None
   block = ""
   for line in text.splitlines():
     if line.startswith("define "):
       blocks, block = {"": []}, ""
       out.append(blocks)
+      name = _FUNCTION_NAME.search(line)
+      names.append(name.group(1) if name else "")
       continue
     if blocks is None:
       continue
@@ -89,7 +97,162 @@ def _functions(text: str) -> list[dict[str, list[str]]]:
     line = _METADATA.sub("", line).strip()
     if line and not line.startswith(";"):
       blocks[block].append(line)
+  if constants:
+    out = [_constant_loads(f, constants[n]) if n in constants else f
+           for f, n in zip(out, names)]
   return [_interned(_selects_branched(f)) for f in out]
+
+
+_FUNCTION_NAME = re.compile(r"@([\w.\-]+)\(")
+# XLA:CPU's kernel API (xla/backends/cpu/codegen/kernel_api_ir_builder.cc): a
+# kernel's one parameter is a call frame whose field at byte 24 points to its
+# arguments, 16 bytes each (a data pointer, a size): one per array of each operand
+# of its HLO instruction, in operand order, then one per result. The same buffer
+# may be passed twice; arguments are never merged.
+_FRAME_ARGUMENTS = re.compile(r"^getelementptr inbounds (?:nuw )?i8, ptr %0, i64 24$")
+_POINTER_LOAD = re.compile(r"^load ptr, ptr (%[\w.\-]+)(?:,|$)")
+_BYTE_OFFSET = re.compile(r"^getelementptr inbounds (?:nuw )?i8, ptr (%[\w.\-]+), i64 (\d+)$")
+_SCALAR_LOAD = re.compile(r"^load (float|<1 x float>), ptr (%[\w.\-]+)(?:,|$)")
+_LANE_OF = re.compile(r"^(?:extractelement <1 x float> (%[\w.\-]+), i64 0"
+                      r"|shufflevector <1 x float> (%[\w.\-]+), <1 x float> poison, "
+                      r"<\d+ x i32> zeroinitializer)$")
+# Where a constant computes the same bits as a literal and loaded: as the
+# dividend of a division (nothing folds `c / x`) and in a comparison. Not as a
+# divisor: XLA multiplies by the reciprocal of a literal, and LLVM folds `x / 1`
+# where the processor flushes a subnormal `x` (docs/xla_notes.md, measured on
+# every kind of float32).
+_FDIV = re.compile(r"^(fdiv )((?:<\d+ x )?float>?) (\S+), (\S+)$")
+_FCMP = re.compile(r"^(fcmp (?:\w+ )+?)((?:<\d+ x )?float>?) (\S+), (\S+)$")
+
+
+def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
+                    ) -> dict[str, list[str]]:
+  """`blocks` with each load of a kernel argument that holds a one-element float32
+  constant (`arguments`: the argument's index and the constant as LLVM writes it)
+  replaced, in the divisions and comparisons that use it, by the constant: XLA
+  keeps a constant out of a kernel of one operation (a `wrapped_divide` its
+  operand reaches through a barrier) and loads it, where jax.jit's fused kernel
+  holds it; the division computes the same bits from the same value. A load that
+  anything else uses is left a load."""
+  rhs, _, _, _ = _define(blocks)
+  frames = {n for n, t in rhs.items() if _FRAME_ARGUMENTS.match(t)}
+  tables = {n for n, t in rhs.items()
+            if (m := _POINTER_LOAD.match(t)) and m.group(1) in frames}
+  pointers: dict[str, int] = {}
+  for n, t in rhs.items():
+    m = _POINTER_LOAD.match(t)
+    if m is None:
+      continue
+    if m.group(1) in tables:
+      pointers[n] = 0
+    elif (g := _BYTE_OFFSET.match(rhs.get(m.group(1), ""))) and g.group(1) in tables \
+        and int(g.group(2)) % 16 == 0:
+      pointers[n] = int(g.group(2)) // 16
+  constant: dict[str, str] = {}
+  for n, t in rhs.items():
+    m = _SCALAR_LOAD.match(t)
+    if m and pointers.get(m.group(2), -1) in arguments:
+      constant[n] = arguments[pointers[m.group(2)]]
+  grown = True
+  while grown:
+    grown = False
+    for n, t in rhs.items():
+      m = _LANE_OF.match(t)
+      if n not in constant and m and (m.group(1) or m.group(2)) in constant:
+        constant[n] = constant[m.group(1) or m.group(2)]
+        grown = True
+  if not constant:
+    return blocks
+  users: dict[str, list[str]] = collections.defaultdict(list)
+  for lines in blocks.values():
+    for line in lines:
+      d = _DEFINE.match(line)
+      for v in _VALUE.findall(d.group(2) if d else line):
+        users[v].append(d.group(2) if d else line)
+
+  def safe(use: str, name: str) -> bool:
+    """A lane move of constants, a comparison, a division of the constant."""
+    if (m := _LANE_OF.match(use)) is not None:
+      return (m.group(1) or m.group(2)) in constant
+    if (d := _FDIV.match(use)) is not None:
+      return d.group(3) == name != d.group(4)
+    return _FCMP.match(use) is not None
+
+  if any(not safe(u, n) for n in constant for u in users[n]):
+    return blocks
+
+  def substitute(text: str) -> str:
+    m = _FCMP.match(text) or _FDIV.match(text)
+    if m is None:
+      return text
+    head, ty, a, b = m.groups()
+    vector = ty != "float"
+
+    def value(v: str) -> str:
+      if v not in constant:
+        return v
+      return f"splat (float {constant[v]})" if vector else constant[v]
+
+    # A division reads its dividend only as the constant (`safe`).
+    return f"{head}{ty} {value(a)}, {value(b) if head.startswith('fcmp') else b}"
+
+  out: dict[str, list[str]] = {}
+  for label, lines in blocks.items():
+    out[label] = []
+    for line in lines:
+      d = _DEFINE.match(line)
+      out[label].append(f"{d.group(1)} = {substitute(d.group(2))}" if d else line)
+  return out
+
+
+_HLO_CONSTANT = re.compile(
+    r"^\s*(?:ROOT )?%([\w.\-]+) = f32\[1?\](?:\{0?\})? constant\(\{?\s*([^(){}\s,]+)\s*\}?\)")
+_HLO_FUSION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+ fusion\(([^()]*)\), kind=")
+_HLO_SHAPE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S)")
+
+
+def constant_arguments(hlo: str) -> dict[str, dict[int, str]]:
+  """For each fusion of an optimised HLO module (its text) that takes a
+  one-element float32 constant as an operand, its kernel's argument index for it
+  (operands before it are arrays, one argument each) and the constant as LLVM
+  writes a float: `%e` where that reads back exactly, else the double's bits."""
+  constants: dict[str, str] = {}
+  tuples: set[str] = set()
+  fusions: list[tuple[str, list[str]]] = []
+  for line in hlo.splitlines():
+    if (m := _HLO_SHAPE.match(line)) and m.group(2) == "(":
+      tuples.add(m.group(1))
+    if m := _HLO_CONSTANT.match(line):
+      literal = _llvm_float(m.group(2))
+      if literal is not None:
+        constants[m.group(1)] = literal
+    if m := _HLO_FUSION.match(line):
+      fusions.append((m.group(1), [o.strip().lstrip("%") for o in m.group(2).split(",")]))
+  out: dict[str, dict[int, str]] = {}
+  for name, operands in fusions:
+    args = {}
+    for k, o in enumerate(operands):
+      if o in tuples:
+        break                    # a tuple operand passes one argument per array
+      if o in constants:
+        args[k] = constants[o]
+    if args:
+      out[name] = args
+  return out
+
+
+def _llvm_float(text: str) -> str | None:
+  """A float32 literal of HLO text as LLVM's IR writes the constant (a double)."""
+  try:
+    value = struct.unpack("<f", struct.pack("<f", float(text)))[0]
+  except (ValueError, OverflowError):
+    return None
+  if not math.isfinite(value):
+    return None
+  short = "%.6e" % value
+  if float(short) == value:
+    return short
+  return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
 # A select on one (scalar) condition, a compare of one use, one of whose values
@@ -509,8 +672,9 @@ def _root_form(form: str) -> str:
   return _ROOT_USES.sub("", form)
 
 
-def _parsed(texts: Iterable[str]) -> list[dict[str, list[str]]]:
-  return [blocks for text in texts for blocks in _functions(text)]
+def _parsed(texts: Iterable[str], constants: dict[str, dict[int, str]] | None = None
+            ) -> list[dict[str, list[str]]]:
+  return [blocks for text in texts for blocks in _functions(text, constants)]
 
 
 def _values(functions: Sequence[dict[str, list[str]]], product_uses_only: bool = False,
@@ -596,9 +760,12 @@ class Kernels:
   functions: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
 
-def read(texts: Sequence[str]) -> Kernels | None:
-  """Both views of the kernels in `texts`, or None when there is none to read."""
-  functions = _parsed(texts)
+def read(texts: Sequence[str], constants: dict[str, dict[int, str]] | None = None
+         ) -> Kernels | None:
+  """Both views of the kernels in `texts`, or None when there is none to read;
+  `constants`: the constant arguments of the program's kernels
+  (`constant_arguments`)."""
+  functions = _parsed(texts, constants)
   values, shares = _values(functions), _contractions(functions)
   if values is None or shares is None:
     return None
@@ -741,13 +908,15 @@ class Dump:
   """The IR texts of one compile, read (`read`) on first use only: a program's
   kernels are compared only where a sequenced candidate's HLO leaves it open."""
 
-  def __init__(self, texts: Sequence[str]):
+  def __init__(self, texts: Sequence[str], hlo: Callable[[], str] | None = None):
     self._texts: Sequence[str] | None = texts
+    self._hlo = hlo               # the program's optimised HLO text, on first use
     self._kernels: Kernels | None = None
 
   def kernels(self) -> Kernels | None:
     if self._texts is not None:
-      self._kernels, self._texts = read(self._texts), None
+      constants = constant_arguments(self._hlo()) if self._hlo is not None else None
+      self._kernels, self._texts, self._hlo = read(self._texts, constants), None, None
     return self._kernels
 
 

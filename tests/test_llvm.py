@@ -694,3 +694,73 @@ def test_a_select_of_a_sqrt_is_not_branched():
       jnp.array(b), c, v)) for d in ((), (0,))]
   assert (got[0] == got[1]).all()
   assert not _llvm._EXPENSIVE.match("call float @llvm.sqrt.f32(float %x)")
+
+
+def _frame_kernel(name: str, body: str) -> str:
+  """A kernel as XLA:CPU's kernel API writes it: the call frame's field at byte
+  24 points to the arguments, 16 bytes each, `%a0` ... their data pointers."""
+  return f"""define ptr @{name}(ptr %0) {{
+  %f = getelementptr inbounds nuw i8, ptr %0, i64 24
+  %t = load ptr, ptr %f, align 8
+  %a0 = load ptr, ptr %t, align 8
+  %g1 = getelementptr inbounds nuw i8, ptr %t, i64 16
+  %a1 = load ptr, ptr %g1, align 8
+  %g2 = getelementptr inbounds nuw i8, ptr %t, i64 32
+  %a2 = load ptr, ptr %g2, align 8
+{body}
+  ret ptr null
+}}
+"""
+
+
+# jax.jit's fused kernel holds the constant: `1 / x`.
+_RECIPROCAL = _frame_kernel("slice_divide_fusion", """\
+  %x = load float, ptr %a0, align 4
+  %r = fdiv float 1.000000e+00, %x
+  store float %r, ptr %a1, align 4""")
+# A sequenced program's kernel of one division: XLA passes the constant {1} as
+# its first operand and the kernel loads it.
+_LOADED = _frame_kernel("wrapped_divide", """\
+  %c = load <1 x float>, ptr %a0, align 1
+  %x = load <1 x float>, ptr %a1, align 1
+  %c0 = extractelement <1 x float> %c, i64 0
+  %x0 = extractelement <1 x float> %x, i64 0
+  %r = fdiv float %c0, %x0
+  store float %r, ptr %a2, align 1""")
+_HLO = """\
+ENTRY %main (p: f32[1]) -> f32[1] {
+  %constant.7 = f32[1]{0} constant({1})
+  %p = f32[1]{0} parameter(0)
+  ROOT %wrapped_divide = f32[1]{0} fusion(%constant.7, %p), kind=kLoop, calls=%w
+}"""
+
+
+def test_semantics_read_a_constant_operand_as_the_constant():
+  """A constant that XLA passes to a kernel of one operation (a division whose
+  other operand comes through a barrier) reads as the literal jax.jit's fused
+  kernel holds, where it is the dividend of a division or a comparison's operand:
+  those compute the same bits from a literal and a load (measured,
+  docs/xla_notes.md). As a divisor, or used by anything else, it stays a load
+  (flashbax's prioritised sample-then-add: `1 / total` of the sum tree)."""
+  constants = _llvm.constant_arguments(_HLO)
+  assert constants == {"wrapped_divide": {0: "1.000000e+00"}}
+  theirs = _llvm.read([_RECIPROCAL])
+  assert _llvm.same_semantics(_llvm.read([_LOADED], constants), theirs)
+  assert not _llvm.same_semantics(_llvm.read([_LOADED]), theirs)
+  # As a divisor: `x / c`, which XLA computes as a product with a literal.
+  divisor = _LOADED.replace("fdiv float %c0, %x0", "fdiv float %x0, %c0")
+  by_literal = _RECIPROCAL.replace("fdiv float 1.000000e+00, %x", "fdiv float %x, 1.000000e+00")
+  assert not _llvm.same_semantics(_llvm.read([divisor], constants),
+                                  _llvm.read([by_literal]))
+  # Any other use keeps the load: here a product an add may contract.
+  other = _LOADED.replace("store float %r", "%m = fmul float %c0, %x0\n  store float %m")
+  assert "fdiv float %c0" in "\n".join(_llvm.read([other], constants).functions[0][""])
+  # A tuple operand before it passes one argument per array: not mapped.
+  assert _llvm.constant_arguments(
+      _HLO.replace("fusion(%constant.7, %p)", "fusion(%t, %constant.7)")
+      + "\n  %t = (f32[1]{0}, f32[1]{0}) tuple(%p, %p)") == {}
+  # Every float32 constant as LLVM writes it: `%e` where exact, else hex.
+  assert _llvm._llvm_float("0.1") == "0x3FB99999A0000000"
+  assert _llvm._llvm_float("-2.5") == "-2.500000e+00"
+  assert _llvm._llvm_float("inf") is None
+

@@ -66,3 +66,20 @@ def test_no_compile_for_ties_a_dot_would_not_survive(name):
   sig = c.fn.signatures[-1]
   assert [k.program for k in sig.candidates] == ["jax.jit"], sig.reason
   assert all(k.cause for k in sig.report.buffer_copies(1024)), sig.report
+
+
+def test_prioritised_sample_then_add_is_copy_free():
+  # The sum tree's total is read (sampling) before `set_priorities` and `add`
+  # update the tree: the tie after that read leaves `1 / total` a kernel of its
+  # own, to which XLA passes the constant 1 that jax.jit's fused kernel holds. The
+  # kernels' IR reads that constant as the literal (a dividend computes the same
+  # bits either way), so the sequenced program runs: no buffer copy, exact over
+  # the chain (`test_realworld_program`).
+  p = next(q for q in PROGRAMS if q.name == "flashbax_prioritised_sample_add")
+  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
+              static_argnums=p.static_argnums, steps=p.steps, next_args=p.next_args)
+  assert c.equal, c.difference
+  sig = c.fn.signatures[-1]
+  assert sig.program == "sequenced", sig.reason
+  assert not c.candidate.report.buffer_copies(1024), c.candidate.report
+  assert c.reference.report.buffer_copies(1024)
