@@ -25,6 +25,7 @@ into that carry's buffer, whatever the value was computed from.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 from typing import Union
 
@@ -275,12 +276,16 @@ def classify(module: HloModule, copies: tuple[CopyInfo, ...],
     buffer = names.get(param) if param is not None else None
     c = dataclasses.replace(c, category=category, buffer=buffer, buffer_parameter=param)
     if category == "buffer":
-      cause = _explain.explain(module, c, into_buffer)
+      cause = _explain.explain(module, c, into_buffer, functools.partial(_versions, lineages, comp))
       if cause is not None:
         c = dataclasses.replace(c, cause=cause.text(buffer), readers=cause.readers,
                                 writer=cause.writer)
     out.append(c)
   return tuple(out)
+
+
+def _versions(lineages: _Lineages, comp: Computation, name: str) -> frozenset:
+  return _flat(lineages.of(comp, name))
 
 
 def _category(module, comp, c: CopyInfo, lineages: _Lineages):

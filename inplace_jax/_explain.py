@@ -18,6 +18,7 @@ buffer). Every statement it makes is what the HLO shows.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from ._hlo import ELEMENTWISE, Computation, HloModule, Instruction
 from ._report import Access, CopyInfo
@@ -27,13 +28,21 @@ _VIEW = frozenset({"bitcast", "get-tuple-element", "tuple", "copy"})
 _BITCAST = frozenset({"bitcast"})
 
 
-def _op(ins: Instruction) -> str | None:
+def _op(module: HloModule, ins: Instruction) -> str | None:
+  """The JAX operation `ins` computes, from its `op_name`; None for an argument's
+  name (XLA copies a parameter's metadata onto a bitcast of it)."""
   name = ins.metadata.get("op_name")
-  return name.rsplit("/", 1)[-1] if name else None
+  if not name or name in module.argument_names:
+    return None
+  return name.rsplit("/", 1)[-1]
 
 
 def _access(module: HloModule, ins: Instruction) -> Access:
-  return Access(_op(ins), module.location(ins))
+  return Access(_op(module, ins), module.location(ins))
+
+
+def _named(a: Access) -> bool:
+  return bool(a.op or a.location)
 
 
 def _fused(module: HloModule, ins: Instruction) -> Computation | None:
@@ -93,14 +102,16 @@ def _walk(start, expand):
     stack.extend(expand(i))
 
 
-def _fused_readers(fused: Computation, k: int, through: frozenset[str]):
+def _fused_readers(module: HloModule, fused: Computation, k: int,
+                   through: frozenset[str]):
   """The operations of fusion computation `fused` that read its parameter `k`,
-  looking through `through` (views the user did not write: no op name)."""
+  looking through `through` and conversions the user did not write (no op name:
+  XLA:CPU computes bfloat16 in float32 between two converts)."""
   p = _param(fused, k)
   if p is None:
     return
   def view(i) -> bool:
-    return i.opcode in through and not _op(i)
+    return i.opcode in through | {"convert"} and not _op(module, i)
 
   for i in _walk(fused.users.get(p.name, []),
                  lambda i: fused.users.get(i.name, []) if view(i) else []):
@@ -109,14 +120,32 @@ def _fused_readers(fused: Computation, k: int, through: frozenset[str]):
 
 
 def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
-  """How `user` reads `operand`: inside a fusion, the fused operations that read the
-  parameter bound to it; elsewhere `user` itself."""
+  """How `user` reads `operand`: the entry's result, as the outputs it is; inside a
+  fusion, the fused operations that read the parameter bound to it; elsewhere
+  `user` itself."""
+  if _is_result(module, user):
+    return [_output(k) for k in _positions(user, operand)]
   fused = _fused(module, user)
   if fused is None:
     return [_access(module, user)]
-  out = [_access(module, i) for k, o in enumerate(user.operands) if o == operand
-         for i in _fused_readers(fused, k, _VIEW)]
+  out = [a for k, o in enumerate(user.operands) if o == operand
+         for a in (_access(module, i) for i in _fused_readers(module, fused, k, _VIEW))
+         if _named(a)]
   return out or [_access(module, user)]
+
+
+def _is_result(module: HloModule, ins: Instruction) -> bool:
+  """Whether `ins` is the entry computation's result tuple (the outputs)."""
+  return (ins.is_root and ins.opcode == "tuple" and module.entry is not None
+          and module.entry.by_name.get(ins.name) is ins)
+
+
+def _positions(ins: Instruction, operand: str) -> list[int]:
+  return [k for k, o in enumerate(ins.operands) if o == operand]
+
+
+def _output(k: int) -> Access:
+  return Access(f"output {k}", None)
 
 
 # Elementwise HLO ops: each result element reads its operands' elements at its own
@@ -141,7 +170,7 @@ def _moved_reads(module: HloModule, comp: Computation, src: Instruction,
       ins = comp.by_name.get(ins.operands[0])
     if ins is None or ins.name not in names:
       continue
-    out += [_access(module, i) for i in _fused_readers(fused, k, _BITCAST)
+    out += [_access(module, i) for i in _fused_readers(module, fused, k, _BITCAST)
             if i.opcode not in _SAME_INDEX]
   return out
 
@@ -184,8 +213,22 @@ def _param_shape(comp: Computation, k: int) -> str | None:
 def _origins(comp: Computation, name: str) -> set[str]:
   """`name` and the values it is a view of, up through get-tuple-element of an
   optimization barrier (or a tuple) and bitcasts: one buffer under several names."""
-  out = {name}
+  return {i.name for i in _chain(comp, name)}
+
+
+def _producer(comp: Computation, name: str, copies: bool = True) -> Instruction | None:
+  """The instruction that computes the value `name` holds, looked back through
+  views, optimization barriers and (with `copies`) copies."""
+  chain = _chain(comp, name, copies)
+  return chain[-1] if chain else None
+
+
+def _chain(comp: Computation, name: str, copies: bool = False) -> list[Instruction]:
+  """`name`'s instruction and those it is a view of, in order (through copies too
+  with `copies`)."""
   ins = comp.by_name.get(name)
+  out = [ins] if ins is not None else []
+  passes = ("bitcast", "opt-barrier") + (("copy", "copy-start", "copy-done") if copies else ())
   while ins is not None and ins.operands:
     if ins.opcode == "get-tuple-element":
       src = comp.by_name.get(ins.operands[0])
@@ -196,14 +239,34 @@ def _origins(comp: Computation, name: str) -> set[str]:
           int(index) >= len(src.operands):
         break
       ins = comp.by_name.get(src.operands[int(index)])
-    elif ins.opcode in ("bitcast", "opt-barrier"):
+    elif ins.opcode in passes:
       ins = comp.by_name.get(ins.operands[0])
     else:
       break
     if ins is None:
       break
-    out.add(ins.name)
+    out.append(ins)
   return out
+
+
+def _update(module: HloModule, comp: Computation, ins: Instruction) -> Access:
+  """The user's operation that computes `ins`'s value (through views, barriers and
+  copies); for a fusion that names none, its in-place update, else the last
+  operation inside it that has a name."""
+  src = _producer(comp, ins.name) or ins
+  a = _access(module, src)
+  if src.opcode == "constant" and not _named(a):
+    return Access("a constant", None)
+  while not _named(a) and src.opcode == "get-tuple-element" and src.operands \
+      and src.operands[0] in comp.by_name:
+    # An element of a loop's, a conditional's or a call's result: that operation.
+    src = comp.by_name[src.operands[0]]
+    a = _access(module, src)
+  fused = _fused(module, src)
+  if _named(a) or fused is None:
+    return a
+  inner = [i for i in fused.instructions if i.opcode in _IN_PLACE] + fused.instructions[::-1]
+  return next((b for b in (_access(module, i) for i in inner) if _named(b)), a)
 
 
 def _parameter_view(comp: Computation, name: str) -> bool:
@@ -234,12 +297,44 @@ class Cause:
   held: tuple[Access, ...] = ()
   # A conditional's branch returns the buffer as it came in, copied.
   passed_through: bool = False
+  # The outputs the copy is (entry result positions), for `twice` and `foreign`.
+  outputs: tuple[int, ...] = ()
+  # Other outputs that hold the same value: one value returned more than once.
+  twice: tuple[int, ...] = ()
+  # For `into_buffer`: the copied value is no version of the buffer (another
+  # buffer's update, or an argument returned as it came in: `returned` names it).
+  foreign: bool = False
+  returned: str | None = None
+  # ... or the donated arguments it is an update of.
+  of: tuple[str, ...] = ()
+  # The writer is this output, aliased to the buffer, whose value is no version
+  # of it (it overwrites the buffer without updating it).
+  by_output: int | None = None
+  # With `by_output`: the update runs on the copy, nothing reading the old value.
+  in_copy: bool = False
 
   def text(self, buffer: str | None) -> str:
     what = buffer or "the buffer"
+    outs = " and ".join(f"output {k}" for k in self.outputs) or "an output"
     if self.passed_through:
       return (f"this branch of a conditional returns {what} unchanged, and XLA "
               "copies it into the conditional's result (jax#16661)")
+    if self.twice:
+      others = " and ".join(f"output {k}" for k in self.twice)
+      return (f"the same value of {what} is {others} and {outs}: each output has a "
+              f"buffer of its own, so XLA copies it into {outs}'s")
+    if self.into_buffer and self.foreign:
+      if self.returned is not None:
+        return (f"{outs} is {self.returned}, returned unchanged, but its buffer is "
+                f"that of donated {what} (an aliased output): XLA copies "
+                f"{self.returned} into it")
+      made = f" ({self.writer})" if self.writer else ""
+      if self.of:
+        return (f"{outs}{made} is an update of {' and '.join(self.of)}, not of {what}, "
+                f"but its buffer is that of donated {what} (an aliased output): XLA "
+                "computes it in another buffer and copies it in")
+      return (f"{outs}{made} is computed in another buffer and copied into that of "
+              f"donated {what}, which it is aliased to")
     if self.into_buffer:
       made = f" (by {self.writer})" if self.writer else ""
       reads = "; ".join(str(a) for a in self.readers if a not in self.held)
@@ -252,35 +347,68 @@ class Cause:
     reads = "; ".join(str(a) for a in self.readers) or "a later use"
     if self.writer is None:
       return f"XLA keeps the old value of {what} for {reads}"
+    if self.in_copy and self.writer is not None:
+      return (f"XLA runs the in-place update {self.writer} on a copy of {what}: the "
+              f"buffer of {what} goes to output {self.by_output} (an aliased output), "
+              "which is not that update's result")
+    if self.by_output is not None:
+      value = (f"{self.returned}, returned unchanged" if self.returned is not None
+               else self.writer)
+      return (f"XLA keeps the old value of {what} for {reads}, which output "
+              f"{self.by_output} ({value}), written into the buffer of {what} "
+              "(an aliased output), would overwrite")
     return (f"XLA keeps the old value of {what} for {reads}, which the in-place "
             f"update {self.writer} would overwrite")
 
 
-def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
-            ) -> Cause | None:
+def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
+            versions: Callable[[str], frozenset[int]] | None = None) -> Cause | None:
   """Why `copy` (a buffer copy of `module`) is there, from the HLO; None when its
-  instruction is not found."""
+  instruction is not found. `versions(name)`: the donated parameters the value
+  `name` (in the copy's computation) may be a version of."""
   comp = module.computations.get(copy.computation)
   ins = comp.by_name.get(copy.name) if comp is not None else None
   if comp is None or ins is None or not ins.operands:
     return None
   v = ins.operands[0]
+  done = comp.by_name.get(copy.done_name) if copy.done_name else None
+  me = (done or ins).name
+  copy_users = comp.users.get(me, [])
+  result = next((u for u in copy_users if _is_result(module, u)), None)
+  outputs = tuple(_positions(result, me)) if result is not None else ()
+  def version(name: str) -> bool:
+    # Without lineages, every value is taken for a version (as before).
+    return versions is None or copy.buffer_parameter in versions(name)
+
   if into_buffer:
     src = comp.by_name.get(v)
     if src is None:
       return Cause((), None, True)
+    if not version(v):
+      returned = _returned(comp, v)
+      names = module.entry_parameters()
+      of = tuple(names[p].metadata.get("op_name", f"parameter {p}")
+                 for p in sorted(versions(v) if versions else ()) if p in names)
+      return Cause((), None if returned else _update(module, comp, src), True,
+                   outputs=outputs, foreign=True, returned=returned, of=of)
     moved = _dedupe(_moved_reads(module, comp, src, copy.buffer_parameter))
     held = tuple(a for a in _dedupe(_held_reads(module, comp, src, copy.buffer_parameter))
                  if a not in moved)
-    return Cause(moved + held, _access(module, src), True, held)
-  done = comp.by_name.get(copy.done_name) if copy.done_name else None
-  copy_users = comp.users.get((done or ins).name, [])
+    return Cause(moved + held, _update(module, comp, src), True, held)
   if module.roles.get(comp.name) == "branch" and copy_users and \
       all(u.is_root for u in copy_users) and _parameter_view(comp, v):
     return Cause((), None, passed_through=True)
+  if result is not None and outputs and all(u is result for u in copy_users):
+    # A copy that is only outputs, of a value also returned at another position.
+    origin = _producer(comp, v)
+    twice = tuple(k for k, o in enumerate(result.operands) if k not in outputs
+                  and origin is not None and _producer(comp, o) is origin)
+    if twice:
+      return Cause((), None, outputs=outputs, twice=twice)
   v_users = [u for u in comp.users.get(v, []) if u is not ins]
-  writers = [u for u in copy_users if _writes_in_place(module, comp, u, (done or ins).name)]
+  writers = [u for u in copy_users if _writes_in_place(module, comp, u, me)]
   writer: Instruction | None
+  by_output: int | None = None
   if writers:
     readers = [a for u in v_users for a in _reads(module, u, v)]
     writer = writers[0]
@@ -289,24 +417,36 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
     same = _origins(comp, v) - {v}
     readers += [a for o in same if o in writer.operands
                 for a in _reads(module, writer, o)]
+    src = comp.by_name.get(v)
+    if not _dedupe(readers) and src is not None and src.opcode == "parameter" \
+        and comp.is_entry:
+      # Nothing reads the old value: the buffer goes to an output that is no
+      # version of it (ping-pong buffers returned swapped).
+      by_output = _foreign_output(module, copy.buffer_parameter, version)
+      if by_output is not None:
+        return Cause((), _update(module, comp, writer), by_output=by_output,
+                     in_copy=True)
   else:
     # An output computed from the old value (elementwise, `p - lr * g`) and written
     # into this buffer is the update, not a read. Only the output aliased to this
     # buffer's parameter writes it: another output that reads the old value
     # (`p + emit * sign(0.9 * mu + ...)` reading mu) is written into its own
-    # parameter's buffer, and is a read here.
-    outputs = module.aliased_outputs() if comp.is_entry else {}
+    # parameter's buffer, and is a read here. An output reaches the result through
+    # views and barriers (a tie's outputs): its producer writes it.
+    aliased = module.aliased_outputs() if comp.is_entry else {}
+    produced = {p.name: k for n, k in aliased.items()
+                if (p := _producer(comp, n, copies=False)) is not None}
     src = comp.by_name.get(v)
     own = (int(src.operand_text) if src is not None and src.opcode == "parameter"
            and comp.is_entry and src.operand_text.strip().isdigit()
            else copy.buffer_parameter)
-    writes = [u for u in copy_users if own is not None and outputs.get(u.name) == own]
-    readers = [a for u in copy_users if u not in writes
-               for a in _reads(module, u, (done or ins).name)]
+    writes = [u for u in copy_users if own is not None
+              and own in (aliased.get(u.name), produced.get(u.name))]
+    readers = [a for u in copy_users if u not in writes for a in _reads(module, u, me)]
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
     if src is not None and src.opcode == "parameter" and comp.is_entry:
       # The donated buffer itself: whatever output is written into it overwrites it.
-      in_place += [comp.by_name[n] for n, k in outputs.items()
+      in_place += [comp.by_name[n] for n, k in aliased.items()
                    if k == own and n in comp.by_name]
     writer = (writes or in_place)[0] if (writes or in_place) else None
     if writer is not None:
@@ -314,8 +454,37 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False
       # than element by element: a row of it broadcast into an elementwise update
       # (a one-trip loop XLA inlined, whose constant was read from the buffer).
       # That fused read is why the update cannot run over the old value.
-      readers += _own_moved_reads(module, comp, writer, (done or ins).name)
-  return Cause(_dedupe(readers), _access(module, writer) if writer is not None else None)
+      # Reads on the update's own line (a scatter's out-of-bounds select reading
+      # the row it writes) are the update itself.
+      update = _update(module, comp, writer)
+      readers += [a for a in _own_moved_reads(module, comp, writer, me)
+                  if a.location is None or a.location != update.location]
+      if not writes and writer.name in aliased and not version(writer.name):
+        by_output = _foreign_output(module, own, version)
+  returned = _returned(comp, writer.name) if by_output is not None and writer else None
+  return Cause(_dedupe(readers),
+               _update(module, comp, writer) if writer is not None else None,
+               by_output=by_output, returned=returned)
+
+
+def _returned(comp: Computation, name: str) -> str | None:
+  """The argument `name` is, returned as it came in (through views and copies)."""
+  origin = _producer(comp, name)
+  if origin is None or origin.opcode != "parameter" or not comp.is_entry:
+    return None
+  return origin.metadata.get("op_name", f"parameter {origin.operand_text}")
+
+
+def _foreign_output(module: HloModule, parameter: int | None,
+                    version: Callable[[str], bool]) -> int | None:
+  """The output aliased to entry parameter `parameter` (written into its buffer),
+  where its value is no version of that parameter."""
+  for name, k in module.aliased_outputs().items():
+    if k != parameter or version(name):
+      continue
+    return next((a.output_index[0] for a in module.aliases if a.parameter == k
+                 and a.parameter_index == () and len(a.output_index) == 1), None)
+  return None
 
 
 def _own_moved_reads(module: HloModule, comp: Computation, writer: Instruction,
@@ -327,4 +496,5 @@ def _own_moved_reads(module: HloModule, comp: Computation, writer: Instruction,
     return []
   return [_access(module, i) for k, o in enumerate(writer.operands)
           if name in _origins(comp, o)
-          for i in _fused_readers(fused, k, _BITCAST) if i.opcode not in _SAME_INDEX]
+          for i in _fused_readers(module, fused, k, _BITCAST)
+          if i.opcode not in _SAME_INDEX and i.opcode not in _IN_PLACE]

@@ -76,6 +76,25 @@ class Comparison:
     return self.candidate.warnings
 
 
+def untrue_statements(report: CopyReport) -> list[str]:
+  """What the causes of `report`'s buffer copies say that the report itself shows
+  to be false or empty: an argument named as the operation that reads or updates
+  it, an optimization barrier named as an update (a barrier writes nothing), an
+  update said to overwrite the buffer without naming any operation."""
+  arguments = {d.argument for d in report.donations}
+  out = []
+  for c in report.buffer_copies():
+    accesses = c.readers + ((c.writer,) if c.writer is not None else ())
+    named = [a.op for a in accesses if a.op in arguments]
+    if named:
+      out.append(f"{c.name}: the argument {named[0]} named as an operation: {c.cause}")
+    if c.writer is not None and c.writer.op == "optimization_barrier":
+      out.append(f"{c.name}: a barrier named as the update: {c.cause}")
+    if c.writer is not None and c.writer.op is None and c.writer.location is None:
+      out.append(f"{c.name}: an update without a name: {c.cause}")
+  return out
+
+
 def _report(run: Run) -> CopyReport:
   if run.report is None:
     raise ValueError("this run made no report")

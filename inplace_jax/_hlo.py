@@ -19,6 +19,7 @@ line `HloModule name, key=value, ...`, optional source tables (`FileNames`,
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -357,6 +358,14 @@ class HloModule:
         for i in self.entry.instructions
         if i.opcode == "parameter" and i.operand_text.strip().isdigit()
     }
+
+  @functools.cached_property
+  def argument_names(self) -> frozenset[str]:
+    """The `op_name`s of the entry parameters: the argument names JAX gives them.
+    XLA copies a parameter's metadata onto what it makes of it (a bitcast in a
+    fusion), where the name names no operation."""
+    return frozenset(p.metadata["op_name"] for p in self.entry_parameters().values()
+                     if "op_name" in p.metadata)
 
   def entry_result_is_tuple(self) -> bool:
     if self.entry is None:

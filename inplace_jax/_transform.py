@@ -165,7 +165,10 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
   first = plan
   plan = analyzer(jaxpr, kept, False, left=left, targets=targets, names=names, top=True)
   names = _arg_names(jaxpr)
-  notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i]) for i in dropped)
+  notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i],
+                               unchanged=first.flows[i] is not None and
+                               jaxpr.outvars[first.flows[i]] is jaxpr.invars[i])
+                for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
       c for c in first.all_conflicts() if c not in plan.all_conflicts()))
 
@@ -185,8 +188,10 @@ def _arg_names(jaxpr) -> list[str]:
   return [a or f"input {i}" for i, a in enumerate(_given_names(jaxpr))]
 
 
-def _alias_conflict(name: str, flow: int | None, alias: int | None) -> Conflict:
-  """Why a donated buffer is not sequenced, as JAX's aliasing makes it."""
+def _alias_conflict(name: str, flow: int | None, alias: int | None,
+                    unchanged: bool = False) -> Conflict:
+  """Why a donated buffer is not sequenced, as JAX's aliasing makes it
+  (`unchanged`: the function returns it as it came in)."""
   if alias is None:
     msg = (f"no output reuses the buffer of donated {name} (JAX aliases a donated "
            "input only to an output of its shape and dtype): it cannot be updated "
@@ -198,6 +203,10 @@ def _alias_conflict(name: str, flow: int | None, alias: int | None) -> Conflict:
     msg = (f"output {alias} reuses the buffer of donated {name}, but inplace_jax "
            f"follows no chain of updates from {name} to that output, so it does not "
            f"order the reads of {name} before its update")
+  elif unchanged:
+    msg = (f"{name} is returned unchanged as output {flow}, but JAX gives its buffer "
+           f"to output {alias} (it pairs donated inputs with outputs of the same shape "
+           "and dtype, in order)")
   else:
     msg = (f"the updated {name} is output {flow}, but JAX gives its buffer to output "
            f"{alias} (it pairs donated inputs with outputs of the same shape and "

@@ -13,6 +13,7 @@ import pytest
 import inplace_jax
 from inplace_jax._equal import tree_difference
 from inplace_jax._harness import compare as harness_compare
+from inplace_jax._harness import untrue_statements
 
 # Whether copies that plain jax.jit makes are expected: they are CPU facts (XLA:GPU
 # keeps barriers and orders reads by its schedule, docs/xla_notes.md).
@@ -74,6 +75,8 @@ def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
                                 f"\n  inplace_jax: {c.candidate.output!r}")
   theirs, ours = c.copy_bytes(1024)
   assert ours <= theirs, (c.reference.report, c.candidate.report)
+  for report in (c.reference.report, c.candidate.report):
+    assert not untrue_statements(report), untrue_statements(report)
   return Compared(c)
 
 

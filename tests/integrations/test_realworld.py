@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import inplace_jax
-from inplace_jax._harness import compare
+from inplace_jax._harness import compare, untrue_statements
 from inplace_jax._jit import significant_bytes
 from inplace_jax.testing import realworld
 
@@ -43,6 +43,8 @@ def test_realworld_program(program):
   copies = ours.buffer_copies(threshold)
   assert bool(warned) == bool(copies), (warned, ours)
   assert all(k.cause for k in copies), ours
+  for report in (ours, theirs):
+    assert not untrue_statements(report), untrue_statements(report)
   # Nothing said twice in one cause (conflicts that differ only in a read's line).
   for k in ours.buffer_copies():
     sentences = [x for x in (k.cause or "").split("; ") if " " in x]

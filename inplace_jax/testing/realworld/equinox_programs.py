@@ -152,6 +152,52 @@ def _bn_next(args, out):
   return params, static, state, opt_state, x, y
 
 
+# An ensemble, as the Equinox FAQ builds one: `eqx.filter_vmap` over keys makes
+# stacked members, each trained by its own `optax.lion` step under `jax.vmap`.
+ENSEMBLE = 8
+_LION = optax.lion(1e-4, weight_decay=1e-3)
+
+
+@eqx.filter_jit
+def _ensemble():
+  make = lambda k: eqx.nn.MLP(32, 4, 256, 2, key=k)
+  return eqx.filter_vmap(make)(jax.random.split(jax.random.key(0), ENSEMBLE))
+
+
+@jax.jit
+def _ensemble_data():
+  x = jax.random.normal(jax.random.key(1), (128, 32), jnp.float32)
+  return x, jnp.sin(x[:, :4])
+
+
+def _ensemble_args():
+  params, static = eqx.partition(_ensemble(), eqx.is_array)
+  return (params, static, jax.jit(jax.vmap(_LION.init))(params), *_ensemble_data())
+
+
+def _member_loss(model, x, y):
+  return jnp.mean((jax.vmap(model)(x) - y) ** 2)
+
+
+def ensemble_step(params, static, opt_state, x, y):
+  models = eqx.combine(params, static)
+
+  @eqx.filter_vmap(in_axes=(eqx.if_array(0), None, None))
+  def losses_and_grads(model, x, y):
+    return eqx.filter_value_and_grad(_member_loss)(model, x, y)
+
+  losses, grads = losses_and_grads(models, x, y)
+  updates, opt_state = jax.vmap(_LION.update)(grads, opt_state, params)
+  params = eqx.apply_updates(params, updates)
+  return params, opt_state, losses
+
+
+def _ensemble_next(args, out):
+  _, static, _, x, y = args
+  params, opt_state, _ = out
+  return params, static, opt_state, x, y
+
+
 PROGRAMS = [
     RealProgram(
         name="eqx_mlp_sgd",
@@ -185,5 +231,16 @@ PROGRAMS = [
         donate_argnums=(0, 2, 3),
         static_argnums=(1,),
         next_args=_bn_next,
+    ),
+    RealProgram(
+        name="eqx_ensemble_lion",
+        library="equinox",
+        description="an ensemble of 8 eqx.nn.MLPs made by eqx.filter_vmap, each trained "
+                    "by optax.lion under jax.vmap; stacked params and opt_state donated",
+        fn=ensemble_step,
+        make_args=_ensemble_args,
+        donate_argnums=(0, 2),
+        static_argnums=(1,),
+        next_args=_ensemble_next,
     ),
 ]

@@ -222,6 +222,48 @@ def _nnx_optimizer_next(args, out):
   return graphdef, state, x, y
 
 
+# --------------------------------------------------------------------------- NNX BatchNorm
+# The NNX BatchNorm training step (`model.train()`, batch statistics as `BatchStat`
+# state updated beside the `Param`s), with `nnx.Optimizer(optax.adamw)`, in the same
+# split/merge form; the whole (model, optimizer) state donated.
+
+
+class BNClassifier(nnx.Module):
+  def __init__(self, *, rngs: nnx.Rngs):
+    self.linear1 = nnx.Linear(64, 512, rngs=rngs)
+    self.bn = nnx.BatchNorm(512, rngs=rngs)
+    self.linear2 = nnx.Linear(512, 10, rngs=rngs)
+
+  def __call__(self, x):
+    return self.linear2(nnx.relu(self.bn(self.linear1(x))))
+
+
+@nnx.jit
+def _create_bn_classifier():
+  model = BNClassifier(rngs=nnx.Rngs(0))
+  model.train()
+  optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+  return model, optimizer
+
+
+def _nnx_batchnorm_args():
+  graphdef, state = nnx.split(_create_bn_classifier())
+  x = jax.random.normal(jax.random.key(3), (32, 64), jnp.float32)
+  y = jnp.argmax(x[:, :10], axis=-1)
+  return graphdef, state, x, y
+
+
+def nnx_batchnorm_step(graphdef, state, x, y):
+  model, optimizer = nnx.merge(graphdef, state)
+
+  def loss_fn(model):
+    return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
+
+  loss, grads = nnx.value_and_grad(loss_fn)(model)
+  optimizer.update(model, grads)
+  return loss, nnx.state((model, optimizer))
+
+
 PROGRAMS = [
     RealProgram(
         name="flax_nnx_decode",
@@ -261,6 +303,18 @@ PROGRAMS = [
                     "nnx.value_and_grad, split (model, optimizer) state donated",
         fn=nnx_optimizer_step,
         make_args=_nnx_optimizer_args,
+        donate_argnums=(1,),
+        static_argnums=(0,),
+        next_args=_nnx_optimizer_next,
+    ),
+    RealProgram(
+        name="flax_nnx_batchnorm",
+        library="flax",
+        description="NNX Linear+BatchNorm classifier in train mode, nnx.Optimizer("
+                    "optax.adamw), batch statistics updated beside the params; split "
+                    "(model, optimizer) state donated",
+        fn=nnx_batchnorm_step,
+        make_args=_nnx_batchnorm_args,
         donate_argnums=(1,),
         static_argnums=(0,),
         next_args=_nnx_optimizer_next,

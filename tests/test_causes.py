@@ -1,0 +1,147 @@
+"""What a buffer copy's cause says is true of the compiled program, in jax.jit's
+report and in inplace_jax's: each statement tested on a program where it holds and
+on one where it must not appear.
+
+`compare` (conftest) also asserts, for both reports of every test that uses it, that
+no cause names an argument as the operation reading or updating it, an optimization
+barrier as an update, or an update without a name (`_harness.untrue_statements`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax.numpy as jnp
+import pytest
+
+from conftest import ON_CPU, compare
+
+pytestmark = pytest.mark.skipif(not ON_CPU, reason="the copies are XLA:CPU's")
+
+
+def _line(fn, text: str) -> int:
+  src, start = inspect.getsourcelines(fn)
+  return start + next(i for i, t in enumerate(src) if text in t)
+
+
+def _state():
+  return {"c": jnp.arange(64 * 512.0).reshape(64, 512)}, jnp.linspace(0, 1, 512)
+
+
+def _returned_twice(s, x):
+  c = s["c"].at[3].multiply(x[0] + 1)
+  return {"c": c}, c
+
+
+def _old_value_returned(s, x):
+  c = s["c"].at[3].multiply(x[0] + 1)
+  return {"c": c}, s["c"]
+
+
+def _copies(r, buffer):
+  out = {name: [c for c in report.buffer_copies(1024) if c.buffer == buffer]
+         for name, report in (("jax.jit", r.ref_report), ("inplace_jax", r.report))}
+  for name, copies in out.items():
+    assert copies, (name, r.ref_report, r.report)
+  return [c for copies in out.values() for c in copies]
+
+
+def test_a_value_returned_twice_is_not_an_old_value_kept():
+  # The updated buffer is output 0 (its donated buffer) and output 1: XLA copies the
+  # new value into output 1's buffer. No old value is kept.
+  r = compare(_returned_twice, *_state())
+  for c in _copies(r, "s['c']"):
+    assert "the same value of s['c'] is output 0 and output 1" in c.cause, c.cause
+    assert "old value" not in c.cause, c.cause
+
+
+def test_an_old_value_returned_is_kept_for_that_output():
+  r = compare(_old_value_returned, *_state())
+  line = _line(_old_value_returned, ".at[3].multiply")
+  for c in _copies(r, "s['c']"):
+    assert c.cause.startswith("XLA keeps the old value of s['c'] for output 1, "), c.cause
+    assert c.writer is not None and c.writer.location.line == line, c
+    assert "same value" not in c.cause, c.cause
+
+
+def _grids():
+  g = jnp.zeros((256, 256)).at[0].set(1.0)
+  return g, g + 0, jnp.full((256, 256), 1e-3)
+
+
+def _jacobi_swapped(src, dst, rhs):
+  interior = 0.25 * (src[:-2, 1:-1] + src[2:, 1:-1] + src[1:-1, :-2] + src[1:-1, 2:]
+                     - rhs[1:-1, 1:-1])
+  dst = dst.at[1:-1, 1:-1].set(interior)
+  return dst, src, jnp.abs(dst - src).max()
+
+
+def _jacobi_both_updated(src, dst, rhs):
+  interior = 0.25 * (src[:-2, 1:-1] + src[2:, 1:-1] + src[1:-1, :-2] + src[1:-1, 2:]
+                     - rhs[1:-1, 1:-1])
+  dst = dst.at[1:-1, 1:-1].set(interior)
+  return dst, src.at[0, 0].set(1.0), jnp.abs(dst - src).max()
+
+
+def test_ping_pong_buffers_returned_swapped():
+  # src is returned unchanged as output 1; JAX gives src's buffer to output 0 (dst's
+  # update) and dst's to output 1. No cause may call src updated, or dst's update
+  # src's new value.
+  r = compare(_jacobi_swapped, *_grids(), donate_argnums=(0, 1))
+  scatter = _line(_jacobi_swapped, "dst.at[")
+  copies = _copies(r, "src") + _copies(r, "dst")
+  for c in copies:
+    assert "the updated src" not in c.cause and "new value of src" not in c.cause, c.cause
+    assert "an operation" not in c.cause, c.cause
+  src = [c for c in copies if c.buffer == "src"]
+  assert any(f"which output 0 (scatter at " in c.cause and
+             "written into the buffer of src" in c.cause for c in src), src
+  assert any(c.cause.startswith("output 0 (scatter at ") and
+             "is an update of dst, not of src" in c.cause and
+             c.writer.location.line == scatter for c in src), src
+  assert any("output 1 is src, returned unchanged, but its buffer is that of donated dst"
+             in c.cause for c in copies if c.buffer == "dst"), copies
+  # What the analysis adds (inplace_jax's report): src is returned, not updated.
+  assert any("src is returned unchanged as output 1" in c.cause
+             for c in r.report.buffer_copies(1024)), r.report
+
+
+def test_ping_pong_buffers_both_updated_and_swapped():
+  # Here src is updated: saying so is true.
+  r = compare(_jacobi_both_updated, *_grids(), donate_argnums=(0, 1))
+  copies = _copies(r, "src")
+  assert any("the updated src is output 1" in c.cause
+             for c in r.report.buffer_copies(1024)), r.report
+  assert not any("returned unchanged" in c.cause for c in copies), copies
+
+
+T, H, D = 256, 4, 32
+
+
+def _quantise(x):
+  scale = jnp.max(jnp.abs(x), -1, keepdims=True) / 127.0 + 1e-8
+  return jnp.round(x / scale).astype(jnp.int8), scale.astype(jnp.bfloat16)
+
+
+def _int8_decode(cache, q, k_new, pos):
+  k = cache["k"].astype(jnp.bfloat16) * cache["ks"]
+  s = jnp.einsum("hd,thd->ht", q, k, preferred_element_type=jnp.float32)
+  s = jnp.where(jnp.arange(T)[None] < pos, s, -1e9)
+  kq, ks = _quantise(k_new.astype(jnp.float32))
+  return {"k": cache["k"].at[pos].set(kq), "ks": cache["ks"].at[pos].set(ks)}, s
+
+
+def test_bfloat16_reads_and_updates_are_named_through_xlas_converts():
+  # XLA:CPU computes bfloat16 in float32: the scales' reader (the dequantising
+  # multiply) and their update (the scatter) sit behind converts it adds, which
+  # carry no operation name. The cause names both.
+  import jax
+  z = jax.random.normal(jax.random.key(0), (T, H, D))
+  kq, ks = _quantise(z)
+  q = jax.random.normal(jax.random.key(1), (H, D)).astype(jnp.bfloat16)
+  r = compare(_int8_decode, {"k": kq, "ks": ks}, q, q * 2, jnp.int32(100))
+  mul, scatter = _line(_int8_decode, "* cache["), _line(_int8_decode, "return {")
+  for c in _copies(r, "cache['ks']"):
+    assert [(a.op, a.location.line) for a in c.readers] == [("mul", mul)], c
+    assert (c.writer.op, c.writer.location.line) == ("scatter", scatter), c
+    assert "a later use" not in c.cause and "an operation" not in c.cause, c.cause
