@@ -345,7 +345,7 @@ class Cause:
       return (f"the new value of {what} is computed in another buffer{made}{also} "
               f"and copied into the donated one{held}")
     reads = "; ".join(str(a) for a in self.readers) or "a later use"
-    if self.writer is None:
+    if self.writer is None and self.by_output is None:
       return f"XLA keeps the old value of {what} for {reads}"
     if self.in_copy and self.writer is not None:
       return (f"XLA runs the in-place update {self.writer} on a copy of {what}: the "
@@ -463,8 +463,8 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
         by_output = _foreign_output(module, own, version)
   returned = _returned(comp, writer.name) if by_output is not None and writer else None
   return Cause(_dedupe(readers),
-               _update(module, comp, writer) if writer is not None else None,
-               by_output=by_output, returned=returned)
+               _update(module, comp, writer) if writer is not None and not returned
+               else None, by_output=by_output, returned=returned)
 
 
 def _returned(comp: Computation, name: str) -> str | None:

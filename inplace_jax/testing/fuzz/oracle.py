@@ -21,7 +21,8 @@ on equal fresh inputs.
   copy-free and bit-equal to jax.jit's on the program's inputs and on normal ones
   (an exact in-place program exhibited), False where it copies or differs;
 * "unexplained": inplace_jax's program keeps a buffer copy of >= 1 KiB whose
-  `CopyInfo.cause` is None;
+  `CopyInfo.cause` is None, or says something about it that the report itself
+  shows false (`_harness.untrue_statements`);
 * "ok".
 
 "died"/"timeout" come from the worker pool (`pool.py`): the process checking the
@@ -44,7 +45,7 @@ import numpy as np
 from inplace_jax import _compat
 from inplace_jax._check import check_compiled
 from inplace_jax._equal import tree_difference
-from inplace_jax._harness import compare
+from inplace_jax._harness import compare, untrue_statements
 from inplace_jax._jit import _bytes, compiler_options
 
 from .program import Buf, Program, build
@@ -111,7 +112,7 @@ class Outcome:
   inplace_buffer_bytes: int | None = None
   program: str | None = None            # what inplace_jax.jit ran: jax.jit/sequenced
   residual: bool = False                # the "residual" condition holds
-  unexplained: int = 0                  # buffer copies (>= 1 KiB) without a cause
+  unexplained: int = 0                  # buffer copies (>= 1 KiB) without a true cause
   certified: bool | None = None         # residual only: `certify`'s verdict
   certificate: str = ""                 # what `certify` found
   # Every program inplace_jax.jit compiled to decide, in order (jax.jit's first):
@@ -267,7 +268,10 @@ def check_function(fn: Callable, bufs: Sequence[Buf], data_seed: int = 0,
     facts = dataclasses.replace(facts, orderable=False)
   jb, ib = cmp.copy_bytes(ORACLE_MIN_BYTES)
   jbuf, ibuf = cmp.buffer_bytes(ORACLE_MIN_BYTES)
-  unexplained = [c for c in report.buffer_copies(ORACLE_MIN_BYTES) if c.cause is None]
+  # A cause that the report itself shows false explains nothing.
+  untrue = untrue_statements(report)
+  unexplained = [c for c in report.buffer_copies(ORACLE_MIN_BYTES) if c.cause is None
+                 or any(u.startswith(f"{c.name}: ") for u in untrue)]
   residual = bool(facts.orderable) and jbuf > 0 and ibuf > 0
   facts = dataclasses.replace(
       facts, jax_bytes=jb, inplace_bytes=ib, jax_buffer_bytes=jbuf,
@@ -307,8 +311,9 @@ def check_function(fn: Callable, bufs: Sequence[Buf], data_seed: int = 0,
   if unexplained:
     return dataclasses.replace(
         facts, status="unexplained", detail=f"{len(unexplained)} buffer cop"
-        f"{'y' if len(unexplained) == 1 else 'ies'} without a cause in inplace_jax's "
-        f"program ({report.program}):\n{copies}")
+        f"{'y' if len(unexplained) == 1 else 'ies'} without a true cause in "
+        f"inplace_jax's program ({report.program}):\n" + "".join(
+            f"{u}\n" for u in untrue) + copies)
   return facts
 
 
