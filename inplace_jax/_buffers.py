@@ -85,9 +85,14 @@ class _Lineages:
     self.donated = donated
     self.values: dict[tuple[str, str], Lineage] = {}
     self.params: dict[str, dict[int, Lineage]] = {}   # computation -> parameter -> lin
+    # Fusion computations hold no value of their own (a fusion's lineage is read
+    # from the paths through its computation, `_elementwise_path`), memoised.
+    self.paths: dict[tuple[str, int], bool] = {}
+    computations = [c for c in module.computations.values()
+                    if module.roles.get(c.name) != "fusion"]
     for _ in range(_MAX_ROUNDS):
       self.changed = False
-      for comp in module.computations.values():
+      for comp in computations:
         self._computation(comp)
       if not self.changed:
         break
@@ -197,8 +202,7 @@ class _Lineages:
     a new value computed from it."""
     fused = self.module.computations.get(
         ins.attributes.get("calls", "").strip().lstrip("%"))
-    shares = [fused is not None and _elementwise_path(fused, k)
-              for k in range(len(ins.operands))]
+    shares = [fused is not None and self._path(fused, k) for k in range(len(ins.operands))]
 
     def like(shape):
       return _union(lin for o, lin, ok in zip(ins.operands, ops, shares, strict=True)
@@ -206,6 +210,13 @@ class _Lineages:
     if isinstance(ins.shape, TupleShape):
       return tuple(like(s) for s in ins.shape.elements)
     return like(ins.shape)
+
+
+  def _path(self, fused: Computation, k: int) -> bool:
+    key = (fused.name, k)
+    if key not in self.paths:
+      self.paths[key] = _elementwise_path(fused, k)
+    return self.paths[key]
 
 
 def _elementwise_path(fused: Computation, k: int) -> bool:

@@ -126,19 +126,27 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {")", "]", "}"}
 
 
+# The characters the lexers act on; everything between them is skipped at once.
+_BRACKETS = re.compile(r'["()\[\]{}]')
+_COMMAS = re.compile(r'["()\[\]{},]')
+_SPACES = re.compile(r'["()\[\]{}\s]')
+_STRING_END = re.compile(r'["\\]')
+
+
 def _match_close(s: str, start: int) -> int:
   """Index of the bracket closing the one at `s[start]`, or -1; skips quoted text."""
   depth = 0
   i = start
-  n = len(s)
-  while i < n:
+  search = _BRACKETS.search
+  while (m := search(s, i)) is not None:
+    i = m.start()
     ch = s[i]
     if ch == '"':
       i = _skip_string(s, i)
       continue
     if ch in _OPEN:
       depth += 1
-    elif ch in _CLOSE:
+    else:
       depth -= 1
       if depth == 0:
         return i
@@ -151,23 +159,26 @@ def _match_close(s: str, start: int) -> int:
 def _skip_string(s: str, i: int) -> int:
   """Index just past the double-quoted string starting at `s[i]`."""
   i += 1
-  while i < len(s):
+  search = _STRING_END.search
+  while (m := search(s, i)) is not None:
+    i = m.start()
     if s[i] == "\\":
       i += 2
       continue
-    if s[i] == '"':
-      return i + 1
-    i += 1
+    return i + 1
   raise HloParseError("unterminated string")
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
   """Splits at `sep` outside brackets and strings."""
+  pattern = _COMMAS if sep == "," else re.compile(f'["()\\[\\]{{}}{re.escape(sep)}]')
   parts: list[str] = []
   depth = 0
   start = 0
   i = 0
-  while i < len(s):
+  search = pattern.search
+  while (m := search(s, i)) is not None:
+    i = m.start()
     ch = s[i]
     if ch == '"':
       i = _skip_string(s, i)
@@ -178,7 +189,7 @@ def _split_top(s: str, sep: str = ",") -> list[str]:
       depth -= 1
       if depth < 0:
         raise HloParseError(f"unbalanced brackets in {s!r}")
-    elif ch == sep and depth == 0:
+    elif depth == 0:
       parts.append(s[start:i].strip())
       start = i + 1
     i += 1
@@ -192,7 +203,9 @@ def _take_token(s: str) -> tuple[str, str]:
   """Splits off a leading shape: up to the first whitespace outside brackets."""
   depth = 0
   i = 0
-  while i < len(s):
+  search = _SPACES.search
+  while (m := search(s, i)) is not None:
+    i = m.start()
     ch = s[i]
     if ch == '"':
       i = _skip_string(s, i)
@@ -201,10 +214,10 @@ def _take_token(s: str) -> tuple[str, str]:
       depth += 1
     elif ch in _CLOSE:
       depth -= 1
-    elif ch.isspace() and depth == 0:
-      break
+    elif depth == 0:
+      return s[:i], s[i:]
     i += 1
-  return s[:i], s[i:]
+  return s, ""
 
 
 def _strip_comments(s: str) -> str:
