@@ -266,7 +266,12 @@ def _update(module: HloModule, comp: Computation, ins: Instruction) -> Access:
   if _named(a) or fused is None:
     return a
   inner = [i for i in fused.instructions if i.opcode in _IN_PLACE] + fused.instructions[::-1]
-  return next((b for b in (_access(module, i) for i in inner) if _named(b)), a)
+  named = next((b for b in (_access(module, i) for i in inner) if _named(b)), None)
+  if named is None and len(src.operands) == 1 and src.operands[0] in comp.by_name:
+    # A fusion that only converts its one operand (XLA:CPU's bfloat16 around a
+    # scatter): the operation that computes that operand.
+    return _update(module, comp, comp.by_name[src.operands[0]])
+  return named or a
 
 
 def _parameter_view(comp: Computation, name: str) -> bool:
@@ -407,6 +412,9 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
       return Cause((), None, outputs=outputs, twice=twice)
   v_users = [u for u in comp.users.get(v, []) if u is not ins]
   writers = [u for u in copy_users if _writes_in_place(module, comp, u, me)]
+  # A loop that carries the copy (in the tuple it starts from) updates it in place.
+  writers += [w for u in copy_users if u.opcode == "tuple" and not _is_result(module, u)
+              for w in comp.users.get(u.name, []) if w.opcode == "while"]
   writer: Instruction | None
   by_output: int | None = None
   if writers:
@@ -446,8 +454,9 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
     in_place = [u for u in v_users if _writes_in_place(module, comp, u, v)]
     if src is not None and src.opcode == "parameter" and comp.is_entry:
       # The donated buffer itself: whatever output is written into it overwrites it.
+      # (An output that is the parameter itself overwrites nothing.)
       in_place += [comp.by_name[n] for n, k in aliased.items()
-                   if k == own and n in comp.by_name]
+                   if k == own and n in comp.by_name and n != src.name]
     writer = (writes or in_place)[0] if (writes or in_place) else None
     if writer is not None:
       # The update may read the copy itself (through a barrier's outputs), other

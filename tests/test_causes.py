@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 
 import jax.numpy as jnp
+from jax import lax
 import pytest
 
 from conftest import ON_CPU, compare
@@ -145,3 +146,35 @@ def test_bfloat16_reads_and_updates_are_named_through_xlas_converts():
     assert [(a.op, a.location.line) for a in c.readers] == [("mul", mul)], c
     assert (c.writer.op, c.writer.location.line) == ("scatter", scatter), c
     assert "a later use" not in c.cause and "an operation" not in c.cause, c.cause
+
+
+def _loop_beside_the_argument(x, n):
+  y = lax.fori_loop(0, n, lambda i, y: y.at[i].add(1.0), x)
+  return y.sum(), x
+
+
+def test_a_loop_updating_a_copy_is_the_update():
+  # x is returned unchanged (its buffer is its own output); the loop updates a
+  # copy of it, in place. The cause names the loop as the update and output 1 as
+  # what keeps the old value.
+  r = compare(_loop_beside_the_argument, jnp.ones((64, 512)), jnp.int32(3))
+  line = _line(_loop_beside_the_argument, "fori_loop")
+  for c in _copies(r, "x"):
+    assert c.cause.startswith("XLA keeps the old value of x for output 1, "), c.cause
+    assert (c.writer.op, c.writer.location.line) == ("while", line), c
+
+
+def _bf16_swapped(a, b, i):
+  b = b.at[i % 24, jnp.array([3, 7, 3])].add(jnp.bfloat16(1.5))
+  return b, a[2:5].sum(), a
+
+
+def test_an_update_behind_a_conversion_is_named():
+  # b's update (a bfloat16 scatter-add, computed in float32 and converted back by
+  # a fusion of its own) is output 0, written into a's buffer.
+  a = jnp.arange(24 * 48, dtype=jnp.bfloat16).reshape(24, 48)
+  r = compare(_bf16_swapped, a, a + 1, jnp.int32(5), donate_argnums=(0, 1))
+  line = _line(_bf16_swapped, "b = b.at")
+  writers = {(c.writer.op, c.writer.location.line) for c in _copies(r, "a")
+             if c.writer is not None and c.writer.location is not None}
+  assert ("scatter-add", line) in writers, r.report
