@@ -85,3 +85,18 @@ def test_prioritised_sample_then_add_is_copy_free():
   assert sig.program == "sequenced", sig.reason
   assert not c.candidate.report.buffer_copies(1024), c.candidate.report
   assert c.reference.report.buffer_copies(1024)
+
+
+def test_a_loop_carrying_a_copy_costs_no_compile():
+  # Diffrax's solve carries a copy of y0 in its loop; the cause names that loop as
+  # the update. A loop is no update to materialise: no round compiles a
+  # candidate for it, and jax.jit's program is the only one compiled.
+  p = next(q for q in PROGRAMS if q.name == "diffrax_vmap_saveat")
+  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
+              static_argnums=p.static_argnums, steps=1, next_args=p.next_args)
+  assert c.equal
+  sig = c.fn.signatures[-1]
+  assert [k.program for k in sig.candidates] == ["jax.jit"], sig.reason
+  copies = sig.report.buffer_copies(1024)
+  assert copies and all(k.writer is not None and k.writer.op == "while"
+                        for k in copies), sig.report
