@@ -271,8 +271,7 @@ def classify(module: HloModule, copies: tuple[CopyInfo, ...],
   donated = frozenset(donated)
   lineages = _Lineages(module, donated)
   into = _into_donated(module, donated)
-  names = {int(p.operand_text): p.metadata.get("op_name") or f"parameter {p.operand_text}"
-           for p in module.entry_parameters().values()} if module.entry else {}
+  names = module.arguments
   out = []
   for c in copies:
     if c.module != module.name:

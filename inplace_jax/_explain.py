@@ -390,10 +390,9 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
     if src is None:
       return Cause((), None, True)
     if not version(v):
-      returned = _returned(comp, v)
-      names = module.entry_parameters()
-      of = tuple(names[p].metadata.get("op_name", f"parameter {p}")
-                 for p in sorted(versions(v) if versions else ()) if p in names)
+      returned = _returned(module, comp, v)
+      of = tuple(module.arguments[p] for p in sorted(versions(v) if versions else ())
+                 if p in module.arguments)
       return Cause((), None if returned else _update(module, comp, src), True,
                    outputs=outputs, foreign=True, returned=returned, of=of)
     moved = _dedupe(_moved_reads(module, comp, src, copy.buffer_parameter))
@@ -470,18 +469,20 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
                   if a.location is None or a.location != update.location]
       if not writes and writer.name in aliased and not version(writer.name):
         by_output = _foreign_output(module, own, version)
-  returned = _returned(comp, writer.name) if by_output is not None and writer else None
+  returned = (_returned(module, comp, writer.name) if by_output is not None and writer
+              else None)
   return Cause(_dedupe(readers),
                _update(module, comp, writer) if writer is not None and not returned
                else None, by_output=by_output, returned=returned)
 
 
-def _returned(comp: Computation, name: str) -> str | None:
+def _returned(module: HloModule, comp: Computation, name: str) -> str | None:
   """The argument `name` is, returned as it came in (through views and copies)."""
   origin = _producer(comp, name)
-  if origin is None or origin.opcode != "parameter" or not comp.is_entry:
+  if origin is None or origin.opcode != "parameter" or not comp.is_entry or \
+      not origin.operand_text.strip().isdigit():
     return None
-  return origin.metadata.get("op_name", f"parameter {origin.operand_text}")
+  return module.arguments.get(int(origin.operand_text))
 
 
 def _foreign_output(module: HloModule, parameter: int | None,

@@ -373,6 +373,13 @@ class HloModule:
     }
 
   @functools.cached_property
+  def arguments(self) -> dict[int, str]:
+    """Each entry parameter's argument name as JAX gives it (its `op_name`), else
+    `parameter k`, by parameter number."""
+    return {k: p.metadata.get("op_name") or f"parameter {k}"
+            for k, p in self.entry_parameters().items()}
+
+  @functools.cached_property
   def argument_names(self) -> frozenset[str]:
     """The `op_name`s of the entry parameters: the argument names JAX gives them.
     XLA copies a parameter's metadata onto what it makes of it (a bitcast in a
