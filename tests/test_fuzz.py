@@ -293,6 +293,27 @@ def test_reference_ties_each_read_and_certifies_an_in_place_order():
   assert ok, why
 
 
+@pytest.mark.parametrize("kind,params", [("fori", {"trips": 2}), ("while", {"trips": 2}),
+                                         ("scan", {"length": 2})])
+def test_reference_ties_the_reads_inside_a_loop_body(kind, params):
+  """A loop body unpacks its buffers from the carry: they are its own, and its reads
+  are tied there too (the swap then read of the issue, in a loop). Before, only a
+  body's arguments were its buffers, so no read in a loop body was tied and the
+  certificate failed where an in-place order exists (fuzz seed 6000 #44, #875)."""
+  body = [fuzz.Stmt(line) for line in (
+      "v1 = b0[1]", "v2 = b0[14]", "b0 = b0.at[1].set(v2)", "b0 = b0.at[14].set(v1)",
+      "a1 = a1 + b0[3].sum()")]
+  p = fuzz.Program((fuzz.Buf("b0", (16, 512), "float32"),),
+                   [fuzz.Block(kind, 1, ("b0",), [body], "v9", params)],
+                   ["b0", "v9"], 7, "normal", "fuzz_test", True)
+  src = fuzz.reference_source(p)
+  assert "\n    (v1, v2, b0) = lax.optimization_barrier((v1, v2, b0))" in src, src
+  x = fuzz.make_inputs(p.bufs, p.data_seed, p.data)[0]
+  assert inplace_jax.check(fuzz.build(p), x, donate_argnums=0).buffer_copies(1024)
+  ok, why = fuzz.certify(p)
+  assert ok, why
+
+
 def test_certificate_refused_where_the_tied_program_copies():
   """An old version returned with the new one: no tie removes that copy."""
   p = _program("o1 = b0", "b0 = b0.at[0].set(1.0)", returns=("b0", "o1"))

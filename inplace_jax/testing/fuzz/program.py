@@ -211,14 +211,16 @@ def _render(body, lines: list[str], ind: str, tie: frozenset[str] | None = None,
       _render_block(node, lines, ind, tie, post)
 
 
-def _render_fn(name, args, prelude, body, ret, lines, ind, tie=None, post=False):
+def _render_fn(name, args, prelude, body, ret, lines, ind, tie=None, post=False,
+               carried=()):
   lines.append(f"{ind}def {name}({', '.join(args)}):")
   inner = ind + "  "
   for p in prelude:
     lines.append(inner + p)
-  # Inside a body only the buffers it takes are its own: a closed-over one, if
-  # assigned there, would become a local of the body.
-  scope = None if tie is None else frozenset(a for a in args if a in tie)
+  # Inside a body only the buffers it takes are its own (as arguments, or unpacked
+  # from a loop's carry): a closed-over one, if assigned there, would become a
+  # local of the body.
+  scope = None if tie is None else frozenset(a for a in (*args, *carried) if a in tie)
   _render(body or [], lines, inner, scope, post)
   lines.append(f"{inner}return {ret}")
 
@@ -230,7 +232,7 @@ def _render_block(b: Block, lines: list[str], ind: str,
   zero = "jnp.float32(0)"
   if k in ("fori", "fori_dyn"):
     _render_fn(f"body{u}", [i, c], [f"{_tup(C + [acc])} = {c}"], b.bodies[0],
-               _tup(C + [acc]), lines, ind, tie, post)
+               _tup(C + [acc]), lines, ind, tie, post, C)
     lines.append(f"{ind}{_tup(C + [b.out])} = lax.fori_loop(0, {b.params['trips']}, "
                  f"body{u}, {_tup(C + [zero])})")
   elif k == "while":
@@ -239,12 +241,12 @@ def _render_block(b: Block, lines: list[str], ind: str,
       bound += f" + {b.params['cond_read'].format(c=c)}"
     _render_fn(f"cond{u}", [c], [], [], f"{c}[0] < {bound}", lines, ind, tie, post)
     _render_fn(f"body{u}", [c], [f"{_tup([i] + C + [acc])} = {c}"], b.bodies[0],
-               _tup([f"{i} + 1"] + C + [acc]), lines, ind, tie, post)
+               _tup([f"{i} + 1"] + C + [acc]), lines, ind, tie, post, C)
     lines.append(f"{ind}{_tup(['_'] + C + [b.out])} = lax.while_loop(cond{u}, body{u}, "
                  f"{_tup(['jnp.int32(0)'] + C + [zero])})")
   elif k == "scan":
     _render_fn(f"body{u}", [c, i], [f"{_tup(C)} = {c}", f"{acc} = {zero}"],
-               b.bodies[0], f"{_tup(C)}, {acc}", lines, ind, tie, post)
+               b.bodies[0], f"{_tup(C)}, {acc}", lines, ind, tie, post, C)
     rev = ", reverse=True" if b.params.get("reverse") else ""
     lines.append(f"{ind}{_tup(C)}, {b.out} = lax.scan(body{u}, {_tup(C)}, "
                  f"jnp.arange({b.params['length']}, dtype=jnp.int32){rev})")
