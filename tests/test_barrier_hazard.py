@@ -16,7 +16,7 @@ from jax import lax
 
 from inplace_jax import _compat as C
 from inplace_jax import _rewrite
-from conftest import ON_CPU
+from conftest import ON_CPU, compare
 
 
 def _set_then_add_row(x):
@@ -104,3 +104,37 @@ def test_public_sequence_jaxpr_withholds_the_hazard():
   # Without the hazard the rewrite is returned.
   new, plan = inplace_jax.sequence_jaxpr(cj)
   assert not plan.refused and plan.changed and new.jaxpr is not cj.jaxpr
+
+
+def _own_barrier_in_a_small_loop(x, y, k):
+  """A barrier of the user's own in a loop that touches under 1 KiB per iteration
+  (`x` is 128 bytes), beside a buffer jax.jit copies (the swap then read of `y`)."""
+  def body(i, x):
+    a = x[1]
+    a, x = lax.optimization_barrier((a, x))
+    return x.at[2].add(a)
+  x = lax.fori_loop(0, 3, body, x)
+  a, b = y[1], y[14]
+  y = y.at[1].set(b).at[14].set(a)
+  return x, y, y[k].sum()
+
+
+@pytest.mark.skipif(not ON_CPU, reason="XLA:CPU's small-loop hoisting")
+def test_a_barrier_in_a_small_loop_is_compiled_without_hoisting():
+  """jax.jit's program hoists the small loop (`xla_cpu_small_call`), so candidates
+  compile with the hoisting on; a barrier kept in a hoisted loop's body aborted the
+  process (`Check failed: buffer != nullptr`, XLA:CPU's nested IR emitter). Such a
+  candidate now compiles with the hoisting off (`_compat.barrier_in_loop`), and
+  `y` is sequenced copy-free."""
+  x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8)
+  y = jnp.asarray(np.random.default_rng(0).normal(size=(16, 512)), jnp.float32)
+  plain = jax.jit(_own_barrier_in_a_small_loop, donate_argnums=(0, 1),
+                  static_argnums=2).lower(x, y, 5).compile()
+  assert 'xla_cpu_small_call="true"' in plain.as_text()
+  cj = jax.make_jaxpr(_own_barrier_in_a_small_loop, static_argnums=2)(x, y, 5)
+  assert C.barrier_in_loop(cj.jaxpr)
+  assert not C.barrier_in_loop(jax.make_jaxpr(lambda y: y.at[1].set(y[14]))(y).jaxpr)
+  r = compare(_own_barrier_in_a_small_loop, x, y, 5, donate_argnums=(0, 1),
+              static_argnums=(2,))
+  assert r.ref_report.buffer_copies(y.nbytes)
+  assert not r.report.buffer_copies(1024), r.report
