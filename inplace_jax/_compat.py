@@ -291,30 +291,6 @@ def small_loops_hoisted(options, user_options) -> tuple[tuple[str, Any], ...]:
   return tuple(out)
 
 
-def barrier_in_loop(jaxpr) -> bool:
-  """Whether an `optimization_barrier` sits inside a `while` or `scan` body of
-  `jaxpr` (at any depth). XLA:CPU's small-while-loop hoisting emits a loop whose
-  iteration touches under 1 KiB as one kernel of nested code, and that emitter has
-  no rule for a barrier: the compile aborts the process (`Check failed: buffer !=
-  nullptr` in `IrEmitter::DefaultAction`, jaxlib 0.10.2; fuzz seed 6000 #256's
-  hand-tied reference, a tie of a 384-byte buffer in a scan body). A program with
-  such a barrier is compiled with the hoisting off (`small_loops_hoisted`)."""
-  for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-    inner = list(sub_jaxprs(eqn.params))
-    if eqn.primitive in (while_p, scan_p):
-      if any(_has_barrier(j) for j in inner):
-        return True
-    elif any(barrier_in_loop(j) for j in inner):
-      return True
-  return False
-
-
-def _has_barrier(jaxpr) -> bool:
-  return any(eqn.primitive is optimization_barrier_p
-             or any(_has_barrier(j) for j in sub_jaxprs(eqn.params))
-             for eqn in jaxpr.eqns)
-
-
 def backend_erases_barriers(platform: str) -> bool:
   """Whether plain `jax.jit` on this platform erases optimization barriers before
   fusion (so a program compiled with barriers kept fuses differently)."""

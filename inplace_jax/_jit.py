@@ -451,13 +451,13 @@ class InplaceJitted:
             not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)
           try:
-            # A barrier in a loop body that XLA:CPU would hoist as a small loop
-            # aborts the compile (`_compat.barrier_in_loop`): such a candidate is
-            # compiled with the hoisting off.
+            # A barrier in a loop body that XLA:CPU may hoist as a small loop
+            # aborts the compile (`_rewrite.barrier_in_small_loop`): such a
+            # candidate is compiled with the hoisting off.
             last = self._compile(
                 p, args_flat, "sequenced", new,
                 self._our_options if options != self._our_options and
-                C.barrier_in_loop(new.jaxpr) else options, plain)
+                _rewrite.barrier_in_small_loop(new.jaxpr) else options, plain)
           except jax.errors.JaxRuntimeError:
             # XLA rejects the sequenced program (fuzz seed 5300 #8012: "Unhandled
             # opcode for elemental IR emission: opt-barrier", a barrier left

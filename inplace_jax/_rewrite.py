@@ -190,6 +190,69 @@ def reads_across_barrier(jaxpr) -> bool:
   return False
 
 
+# XLA:CPU's `small-while-loop-hoisting` threshold: a loop whose one iteration
+# (body and condition, by HLO cost analysis) accesses fewer bytes is hoisted.
+SMALL_LOOP_BYTES = 1024
+
+
+def barrier_in_small_loop(jaxpr) -> bool:
+  """Whether an `optimization_barrier` sits (at any depth) in the body of a `while`
+  or `scan` that XLA:CPU's small-while-loop hoisting might take.
+
+  The pass emits a loop whose iteration accesses under `SMALL_LOOP_BYTES` (a
+  barrier costs nothing there) as one kernel of nested code, whose emitter has no
+  rule for a barrier: the compile aborts the process (`Check failed: buffer !=
+  nullptr`, jaxlib 0.10.2; fuzz seed 6000 #256's hand-tied reference, a row tied
+  with its 384-byte buffer in a scan body). A program with such a barrier is
+  compiled with the pass off (`_compat.small_loops_hoisted`). A loop is taken as
+  too large to hoist only where its body's own equations surely access that many
+  bytes each iteration (`_surely_large`)."""
+  for eqn in jaxpr.eqns:
+    inner = list(C.sub_jaxprs(eqn.params))
+    if eqn.primitive in (C.while_p, C.scan_p):
+      if any(_has_barrier(j) for j in inner) and not any(_surely_large(j) for j in inner):
+        return True
+    elif any(barrier_in_small_loop(j) for j in inner):
+      return True
+  return False
+
+
+def _has_barrier(jaxpr) -> bool:
+  return any(e.primitive is C.optimization_barrier_p
+             or any(_has_barrier(j) for j in C.sub_jaxprs(e.params))
+             for e in jaxpr.eqns)
+
+
+def _nbytes(v) -> int:
+  aval = v.aval
+  shape = getattr(aval, "shape", None)
+  if shape is None:
+    return 0
+  n = aval.dtype.itemsize
+  for d in shape:
+    n *= int(d)
+  return n
+
+
+def _surely_large(body) -> bool:
+  """Whether an iteration of loop body `body` accesses `SMALL_LOOP_BYTES` or more
+  whatever XLA makes of it: an elementwise operation writes that much into the
+  carry (its result is an output of the body, so every element is stored each
+  iteration), or a reduction or a dot reads that much of the body's inputs in
+  full (none of which XLA narrows to a slice)."""
+  inputs = set(body.invars) | set(body.constvars)
+  outputs = {v for v in body.outvars if not C.is_literal(v)}
+  for e in body.eqns:
+    if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE) and any(
+        v in outputs and _nbytes(v) >= SMALL_LOOP_BYTES for v in e.outvars):
+      return True
+    if _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.CONTRACTION) \
+        and any(not C.is_literal(v) and v in inputs and _nbytes(v) >= SMALL_LOOP_BYTES
+                for v in e.invars):
+      return True
+  return False
+
+
 def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
   """The barrier outputs `y` is computed from elementwise, at its shape (`y` itself
   if it is one): XLA computes such a chain in the loop that writes over that

@@ -124,16 +124,26 @@ def test_a_barrier_in_a_small_loop_is_compiled_without_hoisting():
   """jax.jit's program hoists the small loop (`xla_cpu_small_call`), so candidates
   compile with the hoisting on; a barrier kept in a hoisted loop's body aborted the
   process (`Check failed: buffer != nullptr`, XLA:CPU's nested IR emitter). Such a
-  candidate now compiles with the hoisting off (`_compat.barrier_in_loop`), and
-  `y` is sequenced copy-free."""
+  candidate now compiles with the hoisting off (`_rewrite.barrier_in_small_loop`),
+  and `y` is sequenced copy-free."""
   x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8)
   y = jnp.asarray(np.random.default_rng(0).normal(size=(16, 512)), jnp.float32)
   plain = jax.jit(_own_barrier_in_a_small_loop, donate_argnums=(0, 1),
                   static_argnums=2).lower(x, y, 5).compile()
   assert 'xla_cpu_small_call="true"' in plain.as_text()
   cj = jax.make_jaxpr(_own_barrier_in_a_small_loop, static_argnums=2)(x, y, 5)
-  assert C.barrier_in_loop(cj.jaxpr)
-  assert not C.barrier_in_loop(jax.make_jaxpr(lambda y: y.at[1].set(y[14]))(y).jaxpr)
+  assert _rewrite.barrier_in_small_loop(cj.jaxpr)
+  assert not _rewrite.barrier_in_small_loop(
+      jax.make_jaxpr(lambda y: y.at[1].set(y[14]))(y).jaxpr)
+  # A body that stores a whole 1 KiB elementwise result into its carry each
+  # iteration is too large to hoist: the pass may stay on (warm calls as jax.jit's).
+  def step_loop(y):
+    def body(i, y):
+      a, y = lax.optimization_barrier((y[1], y))
+      return y * 0.5 + a
+    return lax.fori_loop(0, 3, body, y)
+  assert not _rewrite.barrier_in_small_loop(jax.make_jaxpr(step_loop)(y[:, :16]).jaxpr)
+  assert _rewrite.barrier_in_small_loop(jax.make_jaxpr(step_loop)(x).jaxpr)
   r = compare(_own_barrier_in_a_small_loop, x, y, 5, donate_argnums=(0, 1),
               static_argnums=(2,))
   assert r.ref_report.buffer_copies(y.nbytes)
