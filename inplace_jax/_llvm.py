@@ -1072,14 +1072,6 @@ class _Semantics:
       # An add of a negated or widened product: other folds decide; placed.
       return self.generic(text, home, resolve, mat, True)[0] + "@placed", True
     head = f"{m.group(2)} {m.group(3)}"
-    if resolve and mat and all(self.contractible(n, home) for n in names) and \
-        any(self.reads_stored(n) for n in names if n is not None):
-      # Two products either of which LLVM may contract: which one it takes depends
-      # on the code around them (a product whose factor is computed inline by a
-      # long chain, not loaded, was left out: fuzz seed 3800 #1996, `b * 0.99 -
-      # 0.1 * tanh(b)` with `tanh(b)` stored in one program). A factor one
-      # program loads and the other computes cannot be read as a load here.
-      self.refused = True
     chosen = next((i for i in (0, 1) if self.contractible(names[i], home)), None) \
         if resolve else None
     if chosen is None:

@@ -305,6 +305,27 @@ def square_returned_then_step_and_its_difference(b0):
   return b0, v2, v1
 
 
+def sine_returned_then_step(b0):
+  """Fuzz seed 6000 #990. `sin(b0)` is returned (stored by both programs) and feeds
+  the step `b0 * 0.99 - 0.1 * sin(b0)`: jax.jit's step kernel recomputes the sine,
+  the sequenced one loads it. Both products of the subtract may be contracted;
+  LLVM takes the first in both kernels, as their IR reads (`_llvm._Semantics`)."""
+  v1 = b0[-35, 15]
+  v2 = jnp.sin(b0)
+  b0 = b0 * 0.99 - 0.1 * v2
+  return v1, b0, v2
+
+
+def square_returned_then_two_steps(b0):
+  """Fuzz seed 6000 #4832: a returned square feeds a step, and a row picked from the
+  stepped buffer feeds a second step."""
+  v1 = b0 * b0
+  b0 = b0 * 0.99 - 0.5 * v1
+  v2 = b0[jnp.argmin(b0[:, 2]) % 16]
+  b0 = b0 * 0.99 - 0.01 * v2
+  return b0, v1, v2
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -363,6 +384,9 @@ CASES = {
         matmul_read_returned_then_added_into_window, _normal((32, 16)), (0,), ()),
     "square_returned_then_step_and_its_difference": (
         square_returned_then_step_and_its_difference, _normal((24, 32)), (0,), ()),
+    "sine_returned_then_step": (sine_returned_then_step, _normal((64, 16)), (0,), ()),
+    "square_returned_then_two_steps": (square_returned_then_two_steps,
+                                       _normal((16, 16)), (0,), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},
