@@ -205,16 +205,27 @@ def barrier_in_small_loop(jaxpr) -> bool:
   nullptr`, jaxlib 0.10.2; fuzz seed 6000 #256's hand-tied reference, a row tied
   with its 384-byte buffer in a scan body). A program with such a barrier is
   compiled with the pass off (`_compat.small_loops_hoisted`). A loop is taken as
-  too large to hoist only where its body's own equations surely access that many
-  bytes each iteration (`_surely_large`)."""
+  too large to hoist only where its body surely accesses that many bytes each
+  iteration (`_surely_large`)."""
   for eqn in jaxpr.eqns:
     inner = list(C.sub_jaxprs(eqn.params))
-    if eqn.primitive in (C.while_p, C.scan_p):
-      if any(_has_barrier(j) for j in inner) and not any(_surely_large(j) for j in inner):
+    loop = _loop_body(eqn)
+    if loop is not None:
+      if any(_has_barrier(j) for j in inner) and not _surely_large(*loop):
         return True
     elif any(barrier_in_small_loop(j) for j in inner):
       return True
   return False
+
+
+def _loop_body(eqn) -> tuple[Any, int] | None:
+  """A `while` or `scan` equation's body (open) and how many of its leading inputs
+  are loop constants; None for any other equation."""
+  if eqn.primitive is C.while_p:
+    return eqn.params["body_jaxpr"].jaxpr, eqn.params["body_nconsts"]
+  if eqn.primitive is C.scan_p:
+    return eqn.params["jaxpr"].jaxpr, eqn.params["num_consts"]
+  return None
 
 
 def _has_barrier(jaxpr) -> bool:
@@ -234,21 +245,25 @@ def _nbytes(v) -> int:
   return n
 
 
-def _surely_large(body) -> bool:
+def _surely_large(body, nconsts: int) -> bool:
   """Whether an iteration of loop body `body` accesses `SMALL_LOOP_BYTES` or more
-  whatever XLA makes of it: an elementwise operation writes that much into the
-  carry (its result is an output of the body, so every element is stored each
-  iteration), or a reduction or a dot reads that much of the body's inputs in
-  full (none of which XLA narrows to a slice)."""
-  inputs = set(body.invars) | set(body.constvars)
+  whatever XLA makes of it: an elementwise operation on what the loop carries (or
+  scans over) writes that much into the carry (its result is an output of the
+  body, so every element is stored each iteration), or a reduction or a dot reads
+  that much of it in full (which XLA does not narrow to a slice). Values computed
+  from loop constants alone are left out: XLA hoists them out of the loop."""
+  varying = set(body.invars[nconsts:])
   outputs = {v for v in body.outvars if not C.is_literal(v)}
   for e in body.eqns:
+    ins = [v for v in e.invars if not C.is_literal(v) and v in varying]
+    if not ins:
+      continue
+    varying.update(v for v in e.outvars if not C.is_drop_var(v))
     if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE) and any(
         v in outputs and _nbytes(v) >= SMALL_LOOP_BYTES for v in e.outvars):
       return True
     if _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.CONTRACTION) \
-        and any(not C.is_literal(v) and v in inputs and _nbytes(v) >= SMALL_LOOP_BYTES
-                for v in e.invars):
+        and any(_nbytes(v) >= SMALL_LOOP_BYTES for v in ins):
       return True
   return False
 

@@ -144,6 +144,15 @@ def test_a_barrier_in_a_small_loop_is_compiled_without_hoisting():
     return lax.fori_loop(0, 3, body, y)
   assert not _rewrite.barrier_in_small_loop(jax.make_jaxpr(step_loop)(y[:, :16]).jaxpr)
   assert _rewrite.barrier_in_small_loop(jax.make_jaxpr(step_loop)(x).jaxpr)
+  # A 1 KiB result of loop constants alone proves nothing: XLA hoists it out.
+  def constant_step_loop(x, w):
+    def body(i, c):
+      x, z = c
+      a, x = lax.optimization_barrier((x[1], x))
+      return x.at[2].add(a), w * 0.5
+    return lax.fori_loop(0, 3, body, (x, w))
+  assert _rewrite.barrier_in_small_loop(
+      jax.make_jaxpr(constant_step_loop)(x, y[:, :16]).jaxpr)
   r = compare(_own_barrier_in_a_small_loop, x, y, 5, donate_argnums=(0, 1),
               static_argnums=(2,))
   assert r.ref_report.buffer_copies(y.nbytes)
