@@ -446,7 +446,13 @@ class InplaceJitted:
         # Printed only where it may be compiled (printing a large program costs
         # more than sequencing it). A program XLA would miscompile with its
         # barriers kept is never compiled.
-        text = str(new.jaxpr) if self._compilable(new, plan) else None
+        # A candidate left with no barrier (every tie of this round withdrawn) and
+        # no conditional lowered is jax.jit's program restructured only where XLA
+        # restructures it too (calls inlined, clones merged again by CSE): not
+        # compiled (`optax.MultiSteps`' second round compiled jax.jit's program,
+        # the same copies and arithmetic, again).
+        text = str(new.jaxpr) if self._compilable(new, plan) and (
+            hints.lower or _holds(new.jaxpr, C.optimization_barrier_p)) else None
         if text is not None and text not in seen and \
             not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)

@@ -100,3 +100,20 @@ def test_a_loop_carrying_a_copy_costs_no_compile():
   copies = sig.report.buffer_copies(1024)
   assert copies and all(k.writer is not None and k.writer.op == "while"
                         for k in copies), sig.report
+
+
+def test_no_candidate_without_a_barrier_is_compiled():
+  # optax.MultiSteps: a refinement round that withdrew every tie left jax.jit's
+  # program, only restructured as XLA restructures it (calls inlined), and compiled
+  # it again with the same copies and arithmetic. Every candidate compiled now
+  # holds a barrier (or lowers a conditional).
+  from inplace_jax import _compat as C
+  from inplace_jax._jit import _holds
+  p = next(q for q in PROGRAMS if q.name == "optax_multisteps")
+  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
+              static_argnums=p.static_argnums, steps=1, next_args=p.next_args)
+  assert c.equal
+  sig = c.fn.signatures[-1]
+  assert len(sig.candidates) > 1, sig.reason
+  assert all(_holds(k.jaxpr.jaxpr, C.optimization_barrier_p)
+             for k in sig.candidates[1:]), [k.program for k in sig.candidates]
