@@ -210,10 +210,11 @@ def barrier_in_small_loop(jaxpr) -> bool:
   for eqn in jaxpr.eqns:
     inner = list(C.sub_jaxprs(eqn.params))
     loop = _loop_body(eqn)
-    if loop is not None:
-      if any(_has_barrier(j) for j in inner) and not _surely_large(*loop):
-        return True
-    elif any(barrier_in_small_loop(j) for j in inner):
+    if loop is not None and any(_has_barrier(j) for j in inner) and \
+        not _surely_large(*loop):
+      return True
+    # A large loop may hold a small one, which the pass takes on its own.
+    if any(barrier_in_small_loop(j) for j in inner):
       return True
   return False
 

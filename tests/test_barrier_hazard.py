@@ -153,6 +153,13 @@ def test_a_barrier_in_a_small_loop_is_compiled_without_hoisting():
     return lax.fori_loop(0, 3, body, (x, w))
   assert _rewrite.barrier_in_small_loop(
       jax.make_jaxpr(constant_step_loop)(x, y[:, :16]).jaxpr)
+  # A small loop inside a large one is hoisted on its own.
+  def nested(x, y):
+    def outer(i, c):
+      x, y = c
+      return step_loop(x), y * 0.5
+    return lax.fori_loop(0, 2, outer, (x, y))
+  assert _rewrite.barrier_in_small_loop(jax.make_jaxpr(nested)(x, y[:, :16]).jaxpr)
   r = compare(_own_barrier_in_a_small_loop, x, y, 5, donate_argnums=(0, 1),
               static_argnums=(2,))
   assert r.ref_report.buffer_copies(y.nbytes)
