@@ -246,22 +246,44 @@ def _nbytes(v) -> int:
   return n
 
 
+def _identity_literal(eqn) -> bool:
+  """Whether `eqn` takes a literal 0 or 1 (`y * 1.0`, `y + 0`): XLA's simplifier may
+  remove such an operation, and its store with it."""
+  for v in eqn.invars:
+    if C.is_literal(v):
+      try:
+        if float(v.val) in (0.0, 1.0):
+          return True
+      except (TypeError, ValueError):
+        return True
+  return False
+
+
 def _surely_large(body, nconsts: int) -> bool:
   """Whether an iteration of loop body `body` accesses `SMALL_LOOP_BYTES` or more
   whatever XLA makes of it: an elementwise operation on what the loop carries (or
   scans over) writes that much into the carry (its result is an output of the
   body, so every element is stored each iteration), or a reduction or a dot reads
-  that much of it in full (which XLA does not narrow to a slice). Values computed
-  from loop constants alone are left out: XLA hoists them out of the loop."""
+  that much of it in full (which XLA does not narrow to a slice) for a value the
+  body's outputs are computed from. Values computed from loop constants alone are
+  left out (XLA hoists them out of the loop), and so are values nothing uses (XLA
+  removes them)."""
   varying = set(body.invars[nconsts:])
   outputs = {v for v in body.outvars if not C.is_literal(v)}
-  for e in body.eqns:
+  live = set(outputs)             # what the outputs are computed from: the rest
+  used = set()                    # XLA removes as dead code (fuzz seed 6100 #2411)
+  for k in range(len(body.eqns) - 1, -1, -1):
+    e = body.eqns[k]
+    if any(v in live for v in e.outvars if not C.is_drop_var(v)):
+      used.add(k)
+      live.update(v for v in e.invars if not C.is_literal(v))
+  for k, e in enumerate(body.eqns):
     ins = [v for v in e.invars if not C.is_literal(v) and v in varying]
-    if not ins:
+    if not ins or k not in used:
       continue
     varying.update(v for v in e.outvars if not C.is_drop_var(v))
-    if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE) and any(
-        v in outputs and _nbytes(v) >= SMALL_LOOP_BYTES for v in e.outvars):
+    if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE) and not _identity_literal(e) \
+        and any(v in outputs and _nbytes(v) >= SMALL_LOOP_BYTES for v in e.outvars):
       return True
     if _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.CONTRACTION) \
         and any(_nbytes(v) >= SMALL_LOOP_BYTES for v in ins):

@@ -153,6 +153,16 @@ def test_a_barrier_in_a_small_loop_is_compiled_without_hoisting():
     return lax.fori_loop(0, 3, body, (x, w))
   assert _rewrite.barrier_in_small_loop(
       jax.make_jaxpr(constant_step_loop)(x, y[:, :16]).jaxpr)
+  # A dot nothing uses is dead code: it makes no loop large (fuzz seed 6100 #2411).
+  def dead_dot_loop(x, y):
+    def body(i, c):
+      x, y = c
+      a, x = lax.optimization_barrier((x[1], x))
+      unused = y @ y
+      return x.at[2].add(a), y.at[0].add(1.0)
+    return lax.fori_loop(0, 3, body, (x, y))
+  assert _rewrite.barrier_in_small_loop(
+      jax.make_jaxpr(dead_dot_loop)(x, y[:, :16]).jaxpr)
   # A small loop inside a large one is hoisted on its own.
   def nested(x, y):
     def outer(i, c):
