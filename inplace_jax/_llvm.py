@@ -1359,9 +1359,14 @@ def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
   which output elements take which form: the kernel that writes most rows of an
   update can contract where the other program's rounds (fuzz seed 5100 #6690,
   where jax.jit contracts in a straight-line kernel of one row and the candidate
-  in a loop over all rows). Kernels that differ in text but not in these (an
-  update in place beside one that writes a new buffer) compute each form for as
-  many elements in both."""
+  in a loop over all rows). The instances are compared in the order the kernel's
+  text computes them, not only counted: two kernels of one fusion held the same
+  two forms as often, but for other columns (fuzz seed 6100 #3057: with row 18 of
+  `x * 0.99 - 0.25 * x[18]` loaded from its own buffer, LLVM hoisted column 0's
+  `0.25 * x[18, 0]` out of the row loop, so that column's subtract contracted the
+  other product; 15 of 384 elements 1 ulp off). Kernels that differ in text but
+  not in these (an update in place beside one that writes a new buffer) compute
+  each form for the same elements in both."""
   if not a.functions or not b.functions:
     return False
   materialised = _materialised(a, b)
@@ -1370,13 +1375,13 @@ def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
     forms: dict[str, set[str]] = collections.defaultdict(set)
     kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for blocks in k.functions:
-      per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+      per: dict[str, list[str]] = collections.defaultdict(list)
       for g, r in _groups(blocks, materialised)[0]:
         forms[g].add(r)
-        per[g][r] += 1
+        per[g].append(r)
       extent = _extent(blocks) if per else None
-      for g, counts in per.items():
-        kernels[g][(frozenset(counts.items()), extent)] += 1
+      for g, seq in per.items():
+        kernels[g][(tuple(seq), extent)] += 1
     return forms, kernels
 
   try:

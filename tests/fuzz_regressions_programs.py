@@ -1226,7 +1226,30 @@ def step_returning_its_square_then_window_add(b0):
   return (b0, v4, v5, v3)
 
 
+def row_step_then_window_set_from_the_row(b0, b1, b2):
+  """Long run seed 6100 #3057, commit 4452209 (wrong since the multiply-add veto
+  counted forms; a8f5187 too). Oracle: values (1 ulp in 15 of 384 elements, in
+  columns 0 and 1). `b0 * 0.99 - 0.25 * b0[18]` with row 18 tied before the step:
+  the HLO fusion is unchanged, and both kernels hold the subtract's two FMA forms
+  as often, but for other columns: loaded from its own buffer, column 0's product
+  `0.25 * b0[18, 0]` is hoisted out of the row loop and the other product is
+  contracted there. Forms are now compared in the kernel's order
+  (`_llvm.kernels_of_ambiguous_forms_differ`): the copy stays."""
+  v1 = b0[18]
+  b0 = b0 * 0.99 - 0.25 * v1
+  b2 = b2.at[:, 2].set(0.0)
+  b2 = lax.dynamic_update_slice(
+      b2, jnp.resize(v1, (16, 6)).astype(jnp.bfloat16),
+      (jnp.argmin(b1[:, 24]) % 17 + 17, jnp.argmax(b1[3]) % 19))
+  b0 = b0.at[5:10, 3:15].set(jnp.resize(v1, (5, 12)))
+  v4 = b1[-3, -26]
+  return (b0, b0, b1, v4, b2, v1)
+
+
 REGRESSIONS = [
+    _case(row_step_then_window_set_from_the_row, f32("b0", 24, 16),
+          Buf("b1", (24, 32), "bfloat16"), Buf("b2", (32, 24), "bfloat16"),
+          data="normal", data_seed=1501801336),
     _case(one_trip_scatter_add_then_shift, f32("b0", 16, 32), Buf("b1", (48, 32), "int32"),
           data="normal", data_seed=1741133617),
     _case(stored_product_contracted_in_a_reversed_scan, Buf("b0", (16, 16), "bfloat16"),
