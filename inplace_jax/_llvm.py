@@ -1182,8 +1182,11 @@ class _Semantics:
       out, r = "int", False
     elif op == "phi":
       self.memo[key] = ("phi", False)      # a loop-carried phi reads itself: opaque
-      out, r = ("load" if self.picks_leaves(_PHI_INCOMING.findall(text), resolve, mat)
-                else "phi"), False
+      incoming = _PHI_INCOMING.findall(text)
+      if self.picks_leaves(incoming, resolve, mat):
+        out, r = "load", False
+      else:
+        out, r = self.merged(incoming, resolve, mat)
     elif op == "select" and _FLOAT_TYPE.search(text) and \
         len(ops := _operands(text.split(" ", 1)[1])) == 3 and \
         self.picks_leaves([o.rsplit(" ", 1)[-1] for o in ops[1:]], resolve, mat):
@@ -1211,6 +1214,37 @@ class _Semantics:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     self.memo[key] = (out, r)
     return out, r
+
+  def merged(self, values: Sequence[str], resolve: bool, mat: bool) -> tuple[str, bool]:
+    """A phi that merges one value computed alike on every incoming path (LLVM
+    sinks code into a block that several paths reach): that value, rounded, since
+    no consumer can contract a phi (`contractible`). jax.jit's kernel of `x * 0.99
+    - 0.5 * v` computed column 23's `x * 0.99` on each path of a split row loop and
+    subtracted in the block they meet, so the other product was contracted; the
+    sequenced kernel subtracted in the same block and contracted `x * 0.99` (fuzz
+    seed 6200 #699, 1 ulp in 9 of 768 elements, a lowered conditional; the other
+    path brought the constant 2.97, the updated row's `3.0 * 0.99`). Read as
+    `phi`, the two were alike; read as the product, the subtract's group holds
+    both forms, and the kernels are compared in order
+    (`kernels_of_ambiguous_forms_differ`). Constants on other paths are passed
+    over; anything else (values that differ by path, a loop-carried phi, which
+    reads itself) stays opaque."""
+    forms = set()
+    rounds = False
+    for v in values:
+      if not _VALUE.fullmatch(v):
+        continue                        # a constant on another path
+      name = self.source(v)
+      if name not in self.rhs:
+        return "phi", False
+      f, r = self.form(name, resolve, mat)
+      if f in ("phi", "load", "int"):
+        return "phi", False
+      forms.add(f)
+      rounds = rounds or r
+    if len(forms) != 1:
+      return "phi", False
+    return forms.pop(), rounds
 
   def picks_leaves(self, values: Sequence[str], resolve: bool, mat: bool) -> bool:
     """Whether a pick (a phi, a select) chooses only among memory and constants:

@@ -1246,7 +1246,49 @@ def row_step_then_window_set_from_the_row(b0, b1, b2):
   return (b0, b0, b1, v4, b2, v1)
 
 
+def step_in_a_lowered_branch_then_swap(b0):
+  """Long run seed 6200 #699, commit 2e93166 (wrong at a8f5187 too). Oracle: values,
+  on the second normal draw (1 ulp in 9 of 768 elements, column 23). The
+  conditional lowered to a zero-or-one-trip loop: the HLO fusions are unchanged,
+  but jax.jit's branch kernel computes column 23's `b0 * 0.99` on both paths of a
+  split row loop and subtracts where they meet (a phi of that product and the
+  updated row's constant), so LLVM contracts `0.5 * v7` there; the in-place
+  kernel subtracts in the same block and contracts `b0 * 0.99`. A phi of one
+  product now reads as that product, not contractible (`_Semantics.merged`)."""
+  b0 = b0.at[jnp.argmin(b0[:, 12]) % 32].add(3.0)
+  v1 = jnp.sin(b0)
+  b0 = b0 * 0.99 - 0.01 * v1
+  b0 = b0.at[jnp.array([5, 21, 29, 10, 23], dtype=jnp.int32),
+             jnp.array([18, 21, 11, 18, 10], dtype=jnp.int32)].add(jnp.resize(v1, (5,)))
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(96, dtype=jnp.float32).reshape(24, 4) % 5 - 2)
+                * 0.125)(b0)
+  b0 = b0.at[0:32, 16:20].add(v2[0:32, 0:4])
+
+  def br3_0(b0):
+    v6 = b0[jnp.array([22], dtype=jnp.int32)]
+    return (b0, jnp.max(v6).astype(jnp.float32))
+
+  def br3_1(b0):
+    b0 = lax.dynamic_update_index_in_dim(b0, jnp.full((24,), 3.0, jnp.float32),
+                                         jnp.argmax(b0[11]) % 32, 0)
+    v7 = jnp.resize(v2, (32, 24))
+    b0 = b0 * 0.99 - 0.5 * v7
+    b0 = b0.at[13:18, 19:22].set(-2.0)
+    b0 = b0.at[(jnp.arange(3, dtype=jnp.int32) * 1 + jnp.int32(30)) % 32,
+               (jnp.arange(3, dtype=jnp.int32) * 2 + jnp.argmax(b0[23]) % 24) % 24].set(
+                   jnp.resize(v7, (3,)))
+    return (b0, jnp.max(v7).astype(jnp.float32))
+  (b0, v3) = lax.cond(b0[6, 9] > 0, br3_0, br3_1, b0)
+  v8 = jnp.mean(b0, axis=0)
+  v9 = b0[11]
+  b0 = b0.at[11].set(b0[15])
+  b0 = b0.at[15].set(v9)
+  return (b0, v8)
+
+
 REGRESSIONS = [
+    _case(step_in_a_lowered_branch_then_swap, f32("b0", 32, 24), data="normal",
+          data_seed=995785078),
     _case(row_step_then_window_set_from_the_row, f32("b0", 24, 16),
           Buf("b1", (24, 32), "bfloat16"), Buf("b2", (32, 24), "bfloat16"),
           data="normal", data_seed=1501801336),
