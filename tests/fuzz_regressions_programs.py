@@ -1314,7 +1314,29 @@ def zero_from_a_nested_jit_added_to_negative_zeros(b0, b1):
 
 
 
+def materialised_round_two_elements_off(b0, b1):
+  """Long run seed 6300 #8705, commit 257de76 (wrong at a8f5187 too). Oracle:
+  values, on the second normal draw: 2 of 576 elements of output 0 differ (7.6e-6
+  at most). The materialising round's candidate runs, its HLO and kernels read
+  as jax.jit's. Open, not yet triaged."""
+  v1 = b0[21:24, 15:23]
+  v2 = b1[:, 0]
+  v3 = b0 * b0
+  o4 = b0
+  b0 = b0.at[jnp.array([14, 4, 17, 11, 20], dtype=jnp.int32), (jnp.arange(5, dtype=jnp.int32) * 2 + jnp.argmax(o4[12]) % 24) % 24].add(jnp.resize(v3, (5,)))
+  v5 = o4[20]
+  b0 = b0 + v5 * -0.1
+  v6 = o4[20]
+  b0 = b0 + v6 * -0.01
+  return (b0, b1,)
+
+
+
 REGRESSIONS = [
+    _case(materialised_round_two_elements_off, f32("b0", 24, 24), f32("b1", 9, 12),
+          data="integer", data_seed=1803719623,
+          known_failure="2 of 576 elements off, a materialising round's candidate "
+                        "(seed 6300 #8705, open)"),
     _case(zero_from_a_nested_jit_added_to_negative_zeros, Buf("b0", (32, 24), "bfloat16"),
           f32("b1", 24, 64), data="integer", data_seed=536710262,
           known_failure="the sign of a zero: a nested jit's constant 0.0 added to -0.0 "
