@@ -452,7 +452,7 @@ class InplaceJitted:
         # compiled (`optax.MultiSteps`' second round compiled jax.jit's program,
         # the same copies and arithmetic, again).
         text = str(new.jaxpr) if self._compilable(new, plan) and (
-            hints.lower or _holds(new.jaxpr, C.optimization_barrier_p)) else None
+            hints.lower or _rewrite.holds(new.jaxpr, C.optimization_barrier_p)) else None
         if text is not None and text not in seen and \
             not _rewrite.reads_across_barrier(new.jaxpr):
           seen.append(text)
@@ -537,7 +537,7 @@ class InplaceJitted:
     """Whether a sequenced program may be compiled as a candidate: its plan placed
     a tie, or the user's own barriers compile otherwise under our options."""
     return plan.changed or (self._our_options != self._user_options
-                            and _holds(new.jaxpr, C.optimization_barrier_p))
+                            and _rewrite.holds(new.jaxpr, C.optimization_barrier_p))
 
   def _sequenced(self, p, buffers, hints):
     return _sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
@@ -737,16 +737,6 @@ def _at_conditional(c, sites) -> bool:
     return True
   places = [c.location] + [a.location for a in (*c.readers, c.writer) if a is not None]
   return any(loc is not None and (loc.file, loc.line) in sites for loc in places)
-
-
-def _holds(jaxpr, primitive) -> bool:
-  """Whether `jaxpr` holds an equation of `primitive`, at any depth."""
-  for e in jaxpr.eqns:
-    if e.primitive is primitive:
-      return True
-    if any(_holds(j, primitive) for j in C.sub_jaxprs(e.params)):
-      return True
-  return False
 
 
 def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes: int):

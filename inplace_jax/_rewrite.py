@@ -210,7 +210,7 @@ def barrier_in_small_loop(jaxpr) -> bool:
   for eqn in jaxpr.eqns:
     inner = list(C.sub_jaxprs(eqn.params))
     loop = _loop_body(eqn)
-    if loop is not None and any(_has_barrier(j) for j in inner) and \
+    if loop is not None and any(holds(j, C.optimization_barrier_p) for j in inner) and \
         not _surely_large(*loop):
       return True
     # A large loop may hold a small one, which the pass takes on its own.
@@ -229,10 +229,14 @@ def _loop_body(eqn) -> tuple[Any, int] | None:
   return None
 
 
-def _has_barrier(jaxpr) -> bool:
-  return any(e.primitive is C.optimization_barrier_p
-             or any(_has_barrier(j) for j in C.sub_jaxprs(e.params))
-             for e in jaxpr.eqns)
+def holds(jaxpr, primitive) -> bool:
+  """Whether `jaxpr` holds an equation of `primitive`, at any depth."""
+  for e in jaxpr.eqns:
+    if e.primitive is primitive:
+      return True
+    if any(holds(j, primitive) for j in C.sub_jaxprs(e.params)):
+      return True
+  return False
 
 
 def _nbytes(v) -> int:

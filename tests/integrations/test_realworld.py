@@ -87,15 +87,21 @@ def test_prioritised_sample_then_add_is_copy_free():
   assert c.reference.report.buffer_copies(1024)
 
 
+def _one_step_signature(name: str):
+  """The signature program `name` ran for one step, its values checked against
+  jax.jit's."""
+  p = next(q for q in PROGRAMS if q.name == name)
+  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
+              static_argnums=p.static_argnums, steps=1, next_args=p.next_args)
+  assert c.equal
+  return c.fn.signatures[-1]
+
+
 def test_a_loop_carrying_a_copy_costs_no_compile():
   # Diffrax's solve carries a copy of y0 in its loop; the cause names that loop as
   # the update. A loop is no update to materialise: no round compiles a
   # candidate for it, and jax.jit's program is the only one compiled.
-  p = next(q for q in PROGRAMS if q.name == "diffrax_vmap_saveat")
-  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
-              static_argnums=p.static_argnums, steps=1, next_args=p.next_args)
-  assert c.equal
-  sig = c.fn.signatures[-1]
+  sig = _one_step_signature("diffrax_vmap_saveat")
   assert [k.program for k in sig.candidates] == ["jax.jit"], sig.reason
   copies = sig.report.buffer_copies(1024)
   assert copies and all(k.writer is not None and k.writer.op == "while"
@@ -108,12 +114,8 @@ def test_no_candidate_without_a_barrier_is_compiled():
   # it again with the same copies and arithmetic. Every candidate compiled now
   # holds a barrier (or lowers a conditional).
   from inplace_jax import _compat as C
-  from inplace_jax._jit import _holds
-  p = next(q for q in PROGRAMS if q.name == "optax_multisteps")
-  c = compare(p.fn, p.make_args, donate_argnums=p.donate_argnums,
-              static_argnums=p.static_argnums, steps=1, next_args=p.next_args)
-  assert c.equal
-  sig = c.fn.signatures[-1]
+  from inplace_jax._rewrite import holds
+  sig = _one_step_signature("optax_multisteps")
   assert len(sig.candidates) > 1, sig.reason
-  assert all(_holds(k.jaxpr.jaxpr, C.optimization_barrier_p)
+  assert all(holds(k.jaxpr.jaxpr, C.optimization_barrier_p)
              for k in sig.candidates[1:]), [k.program for k in sig.candidates]
