@@ -120,7 +120,8 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False,
   may meet an add outside as its one user: assumed so (fuzz seed 3400 #6898: a
   one-trip loop's scatter-add, then `+ -0.03` after the loop, split).
   """
-  if not _ends_in_additive_scatter(eqn, _out_index(eqn, var)):
+  if not _ends_in_additive_scatter(eqn, _out_index(eqn, var)) and not _moved_into_scatter(
+      eqn, var, eqns, consumers, outvars, parameters, 0):
     return False
   returned = var in outvars
   if returned and inlined:
@@ -130,6 +131,34 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False,
     return False
   return _added(var, eqns, consumers, 0, direct=True, inputs_plain=not inlined,
                 reassociating=True, parameters=parameters)
+
+
+def _moved_into_scatter(eqn, var, eqns, consumers, outvars, parameters: frozenset,
+                        depth: int) -> bool:
+  """Whether `var` is an add that XLA's simplifier moves in front of a scatter-add,
+  making `var` that scatter's result: `scatter_add(a, i, u) + b` becomes
+  `scatter_add(a + b, i, u)`, again for the next add of the chain. A barrier after
+  `scatter_add(a, i, u) + b` with another `+ c` after it stops the second move:
+  `((a + b) + u) + c` where jax.jit computes `((a + b) + c) + u` (fuzz seed 6300
+  #8705: 2 of 576 elements off). Only an add the simplifier moves (`_added`'s
+  `reassociating` rule) of a scatter's result that the add alone uses."""
+  if depth > MAX_DEPTH or eqn.primitive.name not in ("add", "sub"):
+    return False
+  producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
+  for pos, x in enumerate(eqn.invars):
+    if C.is_literal(x) or x not in producer:
+      continue
+    if eqn.primitive.name == "sub" and not (
+        pos == 0 and _constant(eqn.invars[1], eqns, producer, parameters)):
+      continue
+    if x in outvars or len({_computation(eqns[k], eqns)
+                            for k, _ in consumers.get(x, ())}) != 1:
+      continue
+    p = eqns[producer[x]]
+    if _ends_in_additive_scatter(p, _out_index(p, x)) or _moved_into_scatter(
+        p, x, eqns, consumers, outvars, parameters, depth + 1):
+      return True
+  return False
 
 
 def _computation(eqn, eqns) -> int:
