@@ -16,7 +16,7 @@ from typing import Any
 from . import _compat as C
 from . import _traits
 from ._plan import Plan
-from ._rules import _build, outputs_free_of, rule_for, updates
+from ._rules import _build, call_body, outputs_free_of, rule_for, updates
 
 
 class Rewriter:
@@ -86,6 +86,12 @@ class _Emitter:
     self.control = {v for e, info in zip(plan.jaxpr.eqns, plan.infos, strict=True)
                     if _traits.has(e.primitive, _traits.Trait.CONTROL_FLOW)
                     for v in _kept_control(e, info)}
+    # Likewise a call's result computed from none of its operands (a nested jit
+    # returning `0.0`): XLA inlines the call and folds `b + 0.0` to `b` under
+    # jax.jit, keeping -0.0, where through the barrier it would add (fuzz seed 6300
+    # #2501). It reads no buffer, so it needs no order.
+    self.constant = set(_constant_call_results(
+        plan.jaxpr, {v for b in self.pre.values() for v in b.reads}))
 
   def s(self, a):
     return a if C.is_literal(a) else self.subst.get(a, a)
@@ -101,7 +107,7 @@ class _Emitter:
     b_eqn, b_outs = _build.barrier_eqn([self.s(v) for v in orig] + extra, eqn)
     self.out.append(b_eqn)
     for v, w in zip(orig, b_outs, strict=False):
-      if v not in self.control or v in spec.versions:
+      if (v not in self.control and v not in self.constant) or v in spec.versions:
         self.subst[v] = w
     if extra:
       self.old_read[k] = b_outs[-1]
@@ -127,6 +133,17 @@ class _Emitter:
       self.out.append(eqn.replace(invars=invars))
     else:
       self.out.append(eqn)
+
+
+def _constant_call_results(jaxpr, wanted: set) -> list:
+  """Those of `wanted` that a call computes from none of its operands."""
+  out = []
+  for e in jaxpr.eqns:
+    if not wanted.intersection(e.outvars) or call_body(e) is None:
+      continue
+    free = outputs_free_of(e, [i for i, v in enumerate(e.invars) if not C.is_literal(v)])
+    out.extend(v for o, v in enumerate(e.outvars) if o in free and v in wanted)
+  return out
 
 
 def _kept_control(eqn, info) -> list:

@@ -1290,7 +1290,10 @@ def zero_from_a_nested_jit_added_to_negative_zeros(b0, b1):
   """Long run seed 6300 #2501, commit 257de76 (wrong at a8f5187 too). Oracle:
   values, on special data: the sign of zeros only, in output 1. `b1.at[0:13].add(v1)`
   with `v1` the constant 0.0 a nested jit returns; one program folds the add of a
-  known zero and the other adds it (IEEE: -0.0 + 0.0 is +0.0). Open."""
+  known zero and the other adds it (IEEE: -0.0 + 0.0 is +0.0). The nested jit
+  reads b1, so the tie before b1's update took its results, the constant too, and
+  the add read it through the barrier, hidden from XLA's simplifier
+  (`_rewrite._constant_call_results`)."""
   def fn1(b0):
     a1 = jnp.float32(0)
     b0 = b0.at[jnp.argmin(b1[:, 55]) % 32].set(1.5)
@@ -1317,8 +1320,9 @@ def zero_from_a_nested_jit_added_to_negative_zeros(b0, b1):
 def materialised_round_two_elements_off(b0, b1):
   """Long run seed 6300 #8705, commit 257de76 (wrong at a8f5187 too). Oracle:
   values, on the second normal draw: 2 of 576 elements of output 0 differ (7.6e-6
-  at most). The materialising round's candidate runs, its HLO and kernels read
-  as jax.jit's. Open, not yet triaged."""
+  at most). jax.jit's simplifier moves both adds in front of the scatter-add,
+  `((b0 + a) + c) + u`; the candidate tied `scatter_add(b0, i, u) + a`, so only
+  the first moved: `((b0 + a) + u) + c` (`_exactness._moved_into_scatter`)."""
   v1 = b0[21:24, 15:23]
   v2 = b1[:, 0]
   v3 = b0 * b0
@@ -1334,13 +1338,9 @@ def materialised_round_two_elements_off(b0, b1):
 
 REGRESSIONS = [
     _case(materialised_round_two_elements_off, f32("b0", 24, 24), f32("b1", 9, 12),
-          data="integer", data_seed=1803719623,
-          known_failure="2 of 576 elements off, a materialising round's candidate "
-                        "(seed 6300 #8705, open)"),
+          data="integer", data_seed=1803719623),
     _case(zero_from_a_nested_jit_added_to_negative_zeros, Buf("b0", (32, 24), "bfloat16"),
-          f32("b1", 24, 64), data="integer", data_seed=536710262,
-          known_failure="the sign of a zero: a nested jit's constant 0.0 added to -0.0 "
-                        "is folded in one program only (seed 6300 #2501, open)"),
+          f32("b1", 24, 64), data="integer", data_seed=536710262),
     _case(step_in_a_lowered_branch_then_swap, f32("b0", 32, 24), data="normal",
           data_seed=995785078),
     _case(row_step_then_window_set_from_the_row, f32("b0", 24, 16),
