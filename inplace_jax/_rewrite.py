@@ -137,7 +137,7 @@ class _Emitter:
 
 def _constant_call_results(jaxpr, wanted: set) -> list:
   """Those of `wanted` that a call computes from none of its operands."""
-  out = []
+  out: list = []
   for e in jaxpr.eqns:
     if not wanted.intersection(e.outvars) or call_body(e) is None:
       continue
