@@ -1067,7 +1067,8 @@ def post_update_barriers(st: _State) -> None:
       into = st.hints.materialise or _tied_into(st, k)
       if not (info.forwards_reads or not use.strong or into):
         continue
-      if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]):
+      if not _cut_safe_at(st, g.eqns[k], out) or _avoided(st, g.eqns[k]) or \
+          source_key(g.eqns[k]) in st.hints.unposted:
         continue
       nxt = st.successor.get(out)
       # The use of `out` by the update that continues it, if any.

@@ -43,6 +43,7 @@ from . import _plan
 from . import _fingerprint
 from . import _llvm
 from . import _rewrite
+from ._analysis import source_key
 from ._check import CopiesFoundError, check_compiled, inspect_compiled
 from ._report import CopyReport, Finding
 from ._transform import _sequence_jaxpr, sequence_jaxpr
@@ -477,7 +478,7 @@ class InplaceJitted:
           candidates.append(last)
           if _improves(last, best, plain, threshold):
             best, best_plan = last, plan
-        nxt = _next_hints(hints, last, plain, threshold)
+        nxt = _next_hints(hints, last, plain, threshold, plan)
         if nxt is None or nxt == hints:
           break
         hints = nxt
@@ -739,15 +740,20 @@ def _at_conditional(c, sites) -> bool:
   return any(loc is not None and (loc.file, loc.line) in sites for loc in places)
 
 
-def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes: int):
+def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes: int,
+                plan: _plan.Plan | None = None):
   """What the next round should do differently, or None to stop: keep barriers away
-  from operations whose arithmetic this candidate changed; leave alone the buffers
-  jax.jit does not copy, if this candidate copies one; else tie the reads behind
-  the copies that remain."""
+  from operations whose arithmetic this candidate changed (first only the barriers
+  after such updates, where `plan` placed one: `Hints.unposted`); leave alone the
+  buffers jax.jit does not copy, if this candidate copies one; else tie the reads
+  behind the copies that remain."""
   if cand.changed:
     keys = {o.key for o in cand.changed if not isinstance(o, str) and o.key}
     if not keys:
       return None
+    posted = keys & _posted_updates(plan) - hints.unposted
+    if posted:
+      return dataclasses.replace(hints, unposted=hints.unposted | posted)
     return dataclasses.replace(hints, avoid=hints.avoid | frozenset(keys))
   if not cand.report.verified or not cand.report.buffer_copies(min_bytes):
     return None
@@ -757,6 +763,14 @@ def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes
     return dataclasses.replace(hints, leave=True)
   return dataclasses.replace(hints, tie=hints.tie | _reader_keys(cand.report, min_bytes),
                              through_updates=True)
+
+
+def _posted_updates(plan: _plan.Plan | None) -> frozenset:
+  """The source keys of the updates `plan` places a barrier after."""
+  if plan is None:
+    return frozenset()
+  eqns = plan.jaxpr.eqns
+  return frozenset(source_key(eqns[b.update]) for b in plan.barriers if b.kind == "post")
 
 
 def _improves(cand: Candidate, best: Candidate, plain: Candidate, min_bytes: int) -> bool:

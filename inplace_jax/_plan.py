@@ -80,6 +80,12 @@ class Hints:
   # compiled program's fingerprint and kernels decide (`inplace_jax.jit`'s last
   # round, only where copies remain).
   bold: bool = False
+  # Updates, by source key, left without the barrier after them that keeps a
+  # read of their result from being computed again from the old buffer: an earlier
+  # compile showed that barrier changing their arithmetic (under jax.jit, XLA
+  # computes such a read again, which LLVM can contract otherwise than the update's
+  # own kernel). The read is still tied before the next update.
+  unposted: frozenset[SourceKey] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

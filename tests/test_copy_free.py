@@ -326,6 +326,22 @@ def square_returned_then_two_steps(b0):
   return b0, v1, v2
 
 
+def two_steps_each_read_by_a_later_update(b0):
+  """Fuzz seed 6300 #5685. The first round's barriers after both steps (`b0 + v *
+  c`, whose results argmin and a row read slice) changed the steps' arithmetic: under
+  jax.jit XLA computes those reads again from the step's expression. The next round
+  leaves those two barriers out and keeps the rest (`Hints.unposted`), copy-free
+  and exact; before, it kept every barrier away from the steps and copied."""
+  v1 = lax.dynamic_slice(b0, (jnp.argmax(b0[4]) % 23, jnp.int32(0)), (11, 29))
+  v3 = b0[jnp.argmax(b0[7]) % 33 + 33]
+  b0 = b0 + v3 * -0.01
+  b0 = b0.at[jnp.argmin(b0[:, 30]) % 33, jnp.int32(10)].mul(jnp.max(v1))
+  v5 = b0[3]
+  b0 = b0 + v5 * -0.1
+  b0 = b0.at[jnp.argmax(b0[2]) % 33].max(v5)
+  return v5, v1, v3, b0
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -387,6 +403,8 @@ CASES = {
     "sine_returned_then_step": (sine_returned_then_step, _normal((64, 16)), (0,), ()),
     "square_returned_then_two_steps": (square_returned_then_two_steps,
                                        _normal((16, 16)), (0,), ()),
+    "two_steps_each_read_by_a_later_update": (two_steps_each_read_by_a_later_update,
+                                              _normal((33, 32)), (0,), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},
