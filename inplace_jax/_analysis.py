@@ -705,7 +705,8 @@ def _no_fold_across(st: _State, eqn, var) -> bool:
   return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st),
                             _parameters(st)) and \
       not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) and \
-      not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)])
+      not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)]) and \
+      not X.excess_precision(eqn, var, g.eqns, g.consumers)
 
 
 def _parameters(st: _State) -> frozenset:

@@ -238,6 +238,61 @@ def constants_folded(eqn, var, consumers) -> bool:
   return kind is not None and any(chain(c) == kind for c in consumers)
 
 
+def excess_precision(eqn, var, eqns, consumers) -> bool:
+  """Whether `var` is a 16-bit float that XLA computes in float32 and rounds, where
+  a convert back to a wider float reads it: XLA:CPU removes that round trip
+  (`xla_allow_excess_precision`, on by default), so jax.jit's program reads the
+  unrounded value, and a barrier after `var` keeps the rounding (fuzz seed 6400
+  #1065: a bfloat16 einsum's result tied, then `.astype(float32)` added into a
+  float32 buffer; 252 of 256 elements off, up to 0.03). Measured 2026-12-05: `(x *
+  1.1).astype(f32)` for bfloat16 `x` differs in 4,053 of 4,096 elements with a
+  barrier before the convert, and a bfloat16 dot's result widened in all; in none
+  where a slice of `x` is widened, `x * 1.1` is read by another bfloat16 multiply,
+  or a sub-slice, a reshape or a transpose of the product sits before the convert
+  (the round trip is no longer adjacent). So only through data movement that keeps
+  the shape (a whole slice, which XLA removes); a call or a loop is assumed to
+  convert."""
+  if not R.normalised_float(getattr(var, "aval", None)):
+    return False
+  producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
+  e, seen = eqn, 0
+  while _identity_move(e):
+    src = next((x for x in e.invars if not C.is_literal(x)), None)
+    if src is None or src not in producer or seen > MAX_DEPTH:
+      return False                      # read from memory: already rounded
+    e, seen = eqns[producer[src]], seen + 1
+  if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
+    return False                        # a part of it moved: no round trip left
+  stack, done = [var], set()
+  while stack:
+    w = stack.pop()
+    if w in done:
+      continue
+    done.add(w)
+    for k, _ in consumers.get(w, ()):
+      c = eqns[k]
+      if c.primitive is C.convert_element_type_p:
+        new = c.params["new_dtype"]
+        if jax.numpy.issubdtype(new, jax.numpy.floating) and \
+            jax.numpy.dtype(new).itemsize > 2:
+          return True
+      elif R.call_body(c) is not None or _holds_body(c):
+        return True
+      elif _identity_move(c):
+        stack.extend(o for o in c.outvars if not C.is_drop_var(o))
+  return False
+
+
+def _identity_move(eqn) -> bool:
+  """Data movement whose results have its first operand's type, in the same order
+  (a whole slice, a reshape to its own shape; not a transpose)."""
+  if not _traits.has(eqn.primitive, Trait.DATA_MOVEMENT) or not eqn.invars or \
+      eqn.primitive.name in ("transpose", "rev"):
+    return False
+  a = getattr(eqn.invars[0], "aval", None)
+  return all(getattr(o, "aval", None) == a for o in eqn.outvars if not C.is_drop_var(o))
+
+
 def folded_into_dot(eqn, var, consumers) -> bool:
   """Whether `var` is a transpose that a dot reads, or a dot's result that is
   transposed: XLA folds the transpose into the dot's operand or result layout,

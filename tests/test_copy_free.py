@@ -1255,3 +1255,50 @@ def test_adds_xla_moves_in_front_of_a_scatter_add_are_predicted(update, step):
   var = jaxpr.eqns[k].outvars[0]
   assert X.reassociated(jaxpr.eqns[k], var, jaxpr.eqns, g.consumers, g.outvars,
                         parameters=frozenset(jaxpr.invars)) == (got == moved)
+
+
+_W16 = np.random.default_rng(1).normal(size=(64, 8))
+_EXCESS_PRECISION_CASES = {
+    # name: (the 16-bit value, what reads it), all on a bfloat16 x[64, 64]
+    "product widened": (lambda x: x * jnp.bfloat16(1.1),
+                        lambda y: y.astype(jnp.float32) + 1.0),
+    "dot widened": (lambda x: x @ jnp.asarray(_W16, jnp.bfloat16),
+                    lambda y: y.astype(jnp.float32)),
+    "dot sliced, then widened": (lambda x: x @ jnp.asarray(_W16, jnp.bfloat16),
+                                 lambda y: y[0:64, 0:8].astype(jnp.float32)),
+    "product read by a bfloat16 product": (lambda x: x * jnp.bfloat16(1.1),
+                                           lambda y: y * jnp.bfloat16(1.3)),
+    "slice widened": (lambda x: x[3:5], lambda y: y.astype(jnp.float32) * 1.1),
+    "dot, a sub-slice widened": (lambda x: x @ jnp.asarray(_W16, jnp.bfloat16),
+                                 lambda y: y[3:40, 1:5].astype(jnp.float32)),
+    "product reshaped, then widened": (lambda x: x * jnp.bfloat16(1.1),
+                                       lambda y: y.reshape(4096).astype(jnp.float32)),
+    "product transposed, then widened": (lambda x: x * jnp.bfloat16(1.1),
+                                         lambda y: y.T.astype(jnp.float32)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EXCESS_PRECISION_CASES))
+def test_rounding_xla_drops_for_excess_precision_is_predicted(case):
+  """`_exactness.excess_precision` against XLA: where a barrier after a bfloat16
+  value changes what jax.jit computes from it (XLA:CPU drops a float32-bfloat16-
+  float32 round trip, `xla_allow_excess_precision`), the rule must say so (a wrong
+  "no" lets a tie change values: fuzz seed 6400 #1065)."""
+  from inplace_jax import _exactness as X
+  from inplace_jax._graph import Graph
+  make, read = _EXCESS_PRECISION_CASES[case]
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 64)), jnp.bfloat16)
+
+  def f(x, tie):
+    y = make(x)
+    return read(lax.optimization_barrier(y) if tie else y)
+  plain = np.asarray(jax.jit(lambda x: f(x, False))(x)).astype(np.float32)
+  tied = np.asarray(jax.jit(lambda x: f(x, True))(x)).astype(np.float32)
+  changed = bool((plain != tied).any())
+  jaxpr = jax.make_jaxpr(lambda x: f(x, False))(x).jaxpr
+  g = Graph(jaxpr)
+  y = jax.make_jaxpr(make)(x).jaxpr.outvars[0]
+  k = len(jax.make_jaxpr(make)(x).jaxpr.eqns) - 1   # `make`'s last equation
+  var = jaxpr.eqns[k].outvars[0]
+  assert var.aval.shape == y.aval.shape
+  assert X.excess_precision(jaxpr.eqns[k], var, jaxpr.eqns, g.consumers) == changed
