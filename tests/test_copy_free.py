@@ -342,6 +342,38 @@ def two_steps_each_read_by_a_later_update(b0):
   return v5, v1, v3, b0
 
 
+def swap_then_branch_step_with_its_row_kept(b1, b0):
+  """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
+  later, so the sequenced program ties the row into its own buffer; the branch's
+  kernels then read it from there. One kernel that both programs compile alike
+  recomputes a stored product next to an add, which used to refuse the
+  comparison for every candidate (`_llvm.recomputes_unloadably` now reads only
+  the kernels the two programs do not share)."""
+  v1 = b0[10]
+  b0 = b0.at[10].set(b0[6])
+  b0 = b0.at[6].set(v1)
+  v3 = jnp.abs(b1)
+  b0 = -b0
+
+  def br0(b1):
+    return b1, jnp.float32(0)
+
+  def br1(b1):
+    v7 = b1[13]
+    b1 = b1 - 0.25 * v7
+    b1 = lax.dynamic_update_slice(b1, jnp.full((16, 24), 0.5, jnp.float32),
+                                  (jnp.int32(0), jnp.argmax(b0[5]) % 1))
+    b1 = b1.at[(jnp.arange(1, dtype=jnp.int32) * 3 + jnp.argmin(b0[:, 10]) % 24) % 24].set(
+        jnp.maximum(jnp.resize(v3, (1, 24)), 0))
+    v8 = v7 - jnp.resize(v1, (24,))
+    return b1, jnp.float32(0) + jnp.max(v8)
+  b1, v4 = lax.cond(b0[5, 3] > 0, br0, br1, b1)
+  v9 = jax.vmap(lambda r: r @ (jnp.arange(192, dtype=jnp.float32).reshape(24, 8) % 7 - 3)
+                * 0.125)(b1)
+  b0 = b0.at[0:12, 1:9].add(v9[0:12, 0:8])
+  return b1, v9, b0
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -405,6 +437,8 @@ CASES = {
                                        _normal((16, 16)), (0,), ()),
     "two_steps_each_read_by_a_later_update": (two_steps_each_read_by_a_later_update,
                                               _normal((33, 32)), (0,), ()),
+    "swap_then_branch_step_with_its_row_kept": (
+        swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
                         lambda: ({"params": _x(), "momentum": _x(1) * 0.1,
                                   "count": jnp.int32(0)},

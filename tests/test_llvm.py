@@ -764,3 +764,21 @@ def test_semantics_read_a_constant_operand_as_the_constant():
   assert _llvm._llvm_float("-2.5") == "-2.500000e+00"
   assert _llvm._llvm_float("inf") is None
 
+
+
+def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
+  """`recomputes_unloadably` reads the kernels the two programs do not share: one
+  compiled alike in both (the same interned text) computes the same forms in both,
+  so its recomputing a stored product next to an add marks no element where the
+  programs could differ (fuzz seed 6300 #50: the same branch kernel in jax.jit's
+  program and the candidate refused, and the candidate that only moved a slice
+  into its own buffer was never run). Where only one program has it, it refuses."""
+  shared_a = _llvm.read([_PRODUCT, _FUSED, _READS_BACK])
+  shared_b = _llvm.read([_PRODUCT, _FUSED,
+                         _READS_BACK.replace("k2", "k3").replace("1.000000e+00", "3.0")])
+  assert _llvm._Semantics(shared_a.functions[1],
+                          _llvm._materialised(shared_a, shared_b)).refusing()
+  assert not _llvm.recomputes_unloadably(shared_a, shared_b)
+  one_side = _llvm.read([_PRODUCT, _READS_BACK])
+  assert _llvm.recomputes_unloadably(shared_a, one_side)
+  assert _llvm.recomputes_unloadably(one_side, shared_a)
