@@ -134,7 +134,7 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False,
 
 
 def _moved_into_scatter(eqn, var, eqns, consumers, outvars, parameters: frozenset,
-                        depth: int) -> bool:
+                        depth: int, producer: dict | None = None) -> bool:
   """Whether `var` is an add that XLA's simplifier moves in front of a scatter-add,
   making `var` that scatter's result: `scatter_add(a, i, u) + b` becomes
   `scatter_add(a + b, i, u)`, again for the next add of the chain. A barrier after
@@ -144,7 +144,8 @@ def _moved_into_scatter(eqn, var, eqns, consumers, outvars, parameters: frozense
   `reassociating` rule) of a scatter's result that the add alone uses."""
   if depth > MAX_DEPTH or eqn.primitive.name not in ("add", "sub"):
     return False
-  producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
+  if producer is None:
+    producer = {o: j for j, q in enumerate(eqns) for o in q.outvars}
   for pos, x in enumerate(eqn.invars):
     if C.is_literal(x) or x not in producer:
       continue
@@ -156,7 +157,7 @@ def _moved_into_scatter(eqn, var, eqns, consumers, outvars, parameters: frozense
       continue
     p = eqns[producer[x]]
     if _ends_in_additive_scatter(p, _out_index(p, x)) or _moved_into_scatter(
-        p, x, eqns, consumers, outvars, parameters, depth + 1):
+        p, x, eqns, consumers, outvars, parameters, depth + 1, producer):
       return True
   return False
 
