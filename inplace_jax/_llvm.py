@@ -1348,14 +1348,19 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   other program recomputes read as loads.
 
   Each rounding value is grouped by its expression without contractions; the
-  two programs must compute the same groups, and each group with one resolved
-  form, the same in both: then every element an expression computes, in either
+  two programs must compute the same groups with the same resolved forms. Where
+  each group has one form, every element an expression computes, in either
   program and whichever instance computes it, rounds the same way. A group
   formed two ways (a product contracted in one loop and hoisted out of another,
-  fuzz regressions #3030, #1475) is not compared by counts: it is "different".
-  So is anything this reading does not model: a blend of lanes of different
-  forms, reductions whose adds may reassociate (their operands placed),
-  transcendentals other than those measured."""
+  fuzz regressions #3030, #1475) is not compared by counts: each program must
+  compute each of its forms in kernels over the same loops (`_form_table`, as
+  `kernels_of_ambiguous_forms_differ` asks of the other comparisons; fuzz seed
+  6500 #4846: an argmin that recomputes a column of a step, contracted, beside
+  the step's own loop, not). Anything this reading does not model is
+  "different": a blend of lanes of different forms, reductions whose adds may
+  reassociate (their operands placed), transcendentals other than those
+  measured, a kernel that recomputes a stored value where it cannot read as a
+  load (`_Semantics.refused`)."""
   if not a.functions or not b.functions:
     return False
   materialised = _materialised(a, b)
@@ -1371,8 +1376,16 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
     return out
 
   ga, gb = groups(a), groups(b)
-  return ga is not None and gb is not None and ga.keys() == gb.keys() and all(
-      len(ga[k]) == 1 and ga[k] == gb[k] for k in ga)
+  if ga is None or gb is None or ga.keys() != gb.keys() or any(
+      ga[k] != gb[k] for k in ga):
+    return False
+  if all(len(ga[k]) == 1 for k in ga):
+    return True
+  try:
+    ka, kb = _form_table(a, materialised)[1], _form_table(b, materialised)[1]
+  except RecursionError:
+    return False
+  return all(ka.get(k) == kb.get(k) for k in ga if len(ga[k]) > 1)
 
 
 _ICMP_CONSTANT = re.compile(r"^icmp\s+\w+\s+i\d+\s+\S+,\s*(-?\d+)$")
@@ -1386,6 +1399,32 @@ def _extent(blocks: dict[str, list[str]]) -> tuple:
   loops = any(_opcode(t) == "phi" for t in rhs.values())
   return (loops, tuple(sorted({int(m.group(1)) for t in rhs.values()
                                if (m := _ICMP_CONSTANT.match(t))})))
+
+
+def _form_table(k: Kernels, materialised: frozenset[str]):
+  """Each group's forms (`_groups`) in `k`, and per group the kernels computing
+  it: a count of (the forms' instances in the kernel's text order, `_extent`).
+
+  A loop that holds one form only is counted by that form, not by how many
+  instances its text holds: unrolled six times in one program and vectorized in
+  the other (fuzz seed 6500 #4846: an argmin's loop over a recomputed column),
+  it computes its elements with that form in both. In straight-line code each
+  instance is an element, and in a kernel of two forms their order says which
+  element takes which (fuzz seed 6100 #3057): there the instances count."""
+  forms: dict[str, set[str]] = collections.defaultdict(set)
+  kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+  for blocks in k.functions:
+    per: dict[str, list[str]] = collections.defaultdict(list)
+    for g, r in _groups(blocks, materialised)[0]:
+      forms[g].add(r)
+      per[g].append(r)
+    extent = _extent(blocks) if per else None
+    for g, seq in per.items():
+      if extent and extent[0] and len(set(seq)) == 1:
+        kernels[g][(("*",) + tuple(seq[:1]), extent)] += 1
+      else:
+        kernels[g][(tuple(seq), extent)] += 1
+  return forms, kernels
 
 
 def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
@@ -1408,21 +1447,8 @@ def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
     return False
   materialised = _materialised(a, b)
 
-  def table(k: Kernels):
-    forms: dict[str, set[str]] = collections.defaultdict(set)
-    kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for blocks in k.functions:
-      per: dict[str, list[str]] = collections.defaultdict(list)
-      for g, r in _groups(blocks, materialised)[0]:
-        forms[g].add(r)
-        per[g].append(r)
-      extent = _extent(blocks) if per else None
-      for g, seq in per.items():
-        kernels[g][(tuple(seq), extent)] += 1
-    return forms, kernels
-
   try:
-    (fa, ka), (fb, kb) = table(a), table(b)
+    (fa, ka), (fb, kb) = _form_table(a, materialised), _form_table(b, materialised)
   except RecursionError:
     return True
   ambiguous = {g for g in (*fa, *fb) if len(fa.get(g, ())) > 1 or len(fb.get(g, ())) > 1}

@@ -342,6 +342,21 @@ def two_steps_each_read_by_a_later_update(b0):
   return v5, v1, v3, b0
 
 
+def column_step_then_argmin_of_the_new_column(b1, b0):
+  """Fuzz seed 6500 #4846. `b1 - 0.25 * b1[:, 7:8]`, whose column 15 an argmin
+  reads: jax.jit's program computes that column again in the argmin's loop,
+  unrolled six times, with the product contracted (an FMA), and the step itself
+  in its own loop without. The candidate that keeps that argmin before the update
+  computes the same two forms in the same two loops, its argmin's loop vectorized
+  instead: which elements take which form is the same, though the two kernels
+  hold their form a different number of times (`_llvm._form_table`)."""
+  v1 = b1[:, 7:8]
+  b1 = b1 - 0.25 * v1
+  b0 = lax.dynamic_update_slice(b0, jnp.resize(v1, (6, 1)),
+                                (jnp.argmin(b1[:, 15]) % 27, jnp.int32(20)))
+  return v1, b1, b0
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -437,6 +452,8 @@ CASES = {
                                        _normal((16, 16)), (0,), ()),
     "two_steps_each_read_by_a_later_update": (two_steps_each_read_by_a_later_update,
                                               _normal((33, 32)), (0,), ()),
+    "column_step_then_argmin_of_the_new_column": (
+        column_step_then_argmin_of_the_new_column, _normal((48, 16), (32, 32)), (0, 1), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

@@ -514,13 +514,76 @@ def test_semantics_read_a_shared_product_as_a_load():
                                   _llvm.read([_PRODUCT, single_loads]))
 
 
-def test_semantics_want_one_form_per_expression():
-  """An expression contracted in one place and not in another (a product left in
-  the loop for some elements, hoisted for others: fuzz regression #3030) is
-  "different" even where the other program has both forms too: which element
-  takes which form is not known."""
-  mixed = _llvm.read([_IN_LOOP, _HOISTED.replace("@k", "@h")])
-  assert not _llvm.same_semantics(mixed, mixed)
+def _bounded(kernel: str, trips: int) -> str:
+  """`kernel`'s loop run `trips` times (its last branch made a compare and exit)."""
+  head, _, _ = kernel.rpartition("  br label %loop")
+  return head + (f"  %c = icmp eq i64 %j, {trips}\n  br i1 %c, label %exit, label %loop\n"
+                 "exit:\n  ret void\n}\n")
+
+
+# `_IN_LOOP` unrolled twice: two instances of the contracted form per iteration.
+_IN_LOOP_TWICE = _ir("""\
+  %a = load ptr, ptr %0, align 8
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %1 ], [ %j, %loop ]
+  %p = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %p, align 4, !alias.scope !1
+  %m = fmul float %x, 1.000000e-01
+  %s = fadd float %x, %m
+  store float %s, ptr %p, align 4
+  %k = add i64 %i, 1
+  %p2 = getelementptr float, ptr %a, i64 %k
+  %x2 = load float, ptr %p2, align 4, !alias.scope !1
+  %m2 = fmul float %x2, 1.000000e-01
+  %s2 = fadd float %x2, %m2
+  store float %s2, ptr %p2, align 4
+  %j = add i64 %i, 2
+  br label %loop""")
+
+
+def test_semantics_want_each_form_over_the_same_loops():
+  """An expression contracted in one kernel and not in another (a product left in
+  the loop for some elements, hoisted for others: fuzz regression #3030) is the
+  same in two programs only where each computes each form in kernels over the same
+  loops (`_llvm._form_table`): which element takes which form is known only
+  through the kernels. How often a loop's text holds its one form (unrolled six
+  times in one program, vectorized in the other: fuzz seed 6500 #4846) says
+  nothing about which elements take it; in straight-line code each instance is an
+  element, and in a kernel holding two forms their order is which element takes
+  which (`kernels_of_ambiguous_forms_differ`)."""
+  mixed = _llvm.read([_bounded(_IN_LOOP, 48), _bounded(_HOISTED.replace("@k", "@h"), 16)])
+  unrolled = _llvm.read([_bounded(_IN_LOOP_TWICE, 48),
+                         _bounded(_HOISTED.replace("@k", "@h"), 16)])
+  assert _llvm.same_semantics(mixed, unrolled)
+  assert not _llvm.kernels_of_ambiguous_forms_differ(mixed, unrolled)
+  # The forms' loops swapped: the contracted form now computes the other kernel's
+  # elements.
+  swapped = _llvm.read([_bounded(_IN_LOOP, 16), _bounded(_HOISTED.replace("@k", "@h"), 48)])
+  assert not _llvm.same_semantics(mixed, swapped)
+  assert _llvm.kernels_of_ambiguous_forms_differ(mixed, swapped)
+  # Straight-line code: one instance more is one element more of that form.
+  def straight(name, n):
+    rows = "".join(f"""\
+  %p{i} = getelementptr float, ptr %a, i64 {i}
+  %x{i} = load float, ptr %p{i}, align 4
+  %m{i} = fmul float %x{i}, 1.000000e-01
+  %s{i} = fadd float %x{i}, %m{i}
+  store float %s{i}, ptr %p{i}, align 4
+""" for i in range(n))
+    return _ir(f"  %a = load ptr, ptr %0, align 8\n{rows}  ret void").replace("@k", name)
+  hoisted = _ir("""\
+  %a = load ptr, ptr %0, align 8
+  %y = load float, ptr %a, align 4
+  %m = fmul float %y, 1.000000e-01
+  br label %next
+next:
+  %s = fadd float %y, %m
+  store float %s, ptr %a, align 4
+  ret void""").replace("@k", "@h")
+  one, two = (_llvm.read([straight("@k", 1), hoisted]), _llvm.read([straight("@k", 2), hoisted]))
+  assert not _llvm.same_semantics(one, two)
+  assert _llvm.kernels_of_ambiguous_forms_differ(one, two)
 
 
 def test_semantics_keep_reductions_and_unmeasured_transcendentals_placed():
