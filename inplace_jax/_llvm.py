@@ -1360,16 +1360,20 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   "different": a blend of lanes of different forms, reductions whose adds may
   reassociate (their operands placed), transcendentals other than those
   measured, a kernel that recomputes a stored value where it cannot read as a
-  load (`_Semantics.refused`)."""
+  load (`_Semantics.refused`), unless both programs compile that kernel alike."""
   if not a.functions or not b.functions:
     return False
   materialised = _materialised(a, b)
+  # A kernel both programs compile alike (one interned text) computes the same
+  # forms for the same elements in both: its refusal tells them apart nowhere
+  # (as in `recomputes_unloadably`).
+  both = {id(f) for f in a.functions} & {id(f) for f in b.functions}
 
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
     for blocks in k.functions:
       pairs, refused = _groups(blocks, materialised)
-      if refused:
+      if refused and id(blocks) not in both:
         return None
       for g, r in pairs:
         out[g].add(r)

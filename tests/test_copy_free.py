@@ -357,6 +357,21 @@ def column_step_then_argmin_of_the_new_column(b1, b0):
   return v1, b1, b0
 
 
+def matmul_then_step_both_read_by_a_product(b0, b1):
+  """Fuzz seed 6600 #337 (shrunk). A vmapped matmul and `b0 * b0` both read `b0`
+  before its step `b0 + (b0 * b0) * -0.5`, and their product is returned. One
+  kernel the two programs compile alike (the scaled matmul added into `b1`)
+  recomputes a stored product next to an add, which refused the semantic
+  comparison for every candidate; that comparison now reads past a refusing
+  kernel both programs share, as `_llvm.recomputes_unloadably` does."""
+  v1 = jax.vmap(lambda r: r @ (jnp.arange(192, dtype=jnp.float32).reshape(48, 4) % 3 - 1)
+                * 0.125)(b0)
+  b1 = b1.at[0:33, 41:45].add(v1[0:33, 0:4])
+  v2 = b0 * b0
+  b0 = b0 + v2 * -0.5
+  return b0, v1 * jnp.resize(v2, (33, 4)), v1, b1
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -454,6 +469,8 @@ CASES = {
                                               _normal((33, 32)), (0,), ()),
     "column_step_then_argmin_of_the_new_column": (
         column_step_then_argmin_of_the_new_column, _normal((48, 16), (32, 32)), (0, 1), ()),
+    "matmul_then_step_both_read_by_a_product": (
+        matmul_then_step_both_read_by_a_product, _normal((33, 48), (48, 48)), (0, 1), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

@@ -830,10 +830,10 @@ def test_semantics_read_a_constant_operand_as_the_constant():
 
 
 def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
-  """`recomputes_unloadably` reads the kernels the two programs do not share: one
-  compiled alike in both (the same interned text) computes the same forms in both,
-  so its recomputing a stored product next to an add marks no element where the
-  programs could differ (fuzz seed 6300 #50: the same branch kernel in jax.jit's
+  """`recomputes_unloadably` and `same_semantics` read past a refusing kernel the
+  two programs share: one compiled alike in both (the same interned text)
+  computes the same forms in both, so its recomputing a stored product next to an
+  add marks no element where the programs could differ (fuzz seed 6300 #50: the same branch kernel in jax.jit's
   program and the candidate refused, and the candidate that only moved a slice
   into its own buffer was never run). Where only one program has it, it refuses."""
   shared_a = _llvm.read([_PRODUCT, _FUSED, _READS_BACK])
@@ -845,3 +845,11 @@ def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
   one_side = _llvm.read([_PRODUCT, _READS_BACK])
   assert _llvm.recomputes_unloadably(shared_a, one_side)
   assert _llvm.recomputes_unloadably(one_side, shared_a)
+  # Nor does it stop the semantic comparison (fuzz seed 6600 #337: the kernel of
+  # a vmapped matmul's scaled result added into a slice, the same in both
+  # programs): its forms are compared as any other's. Where one program alone
+  # has it, the comparison refuses.
+  renamed = _llvm.read([_PRODUCT, _FUSED.replace("k2", "k4"), _READS_BACK])
+  assert _llvm.same_semantics(shared_a, renamed)
+  assert not _llvm.same_semantics(shared_a, one_side)
+  assert not _llvm.same_semantics(one_side, shared_a)
