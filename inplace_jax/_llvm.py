@@ -947,6 +947,10 @@ _EXACT_CALLS = frozenset(
     "maximum minimum maxnum minnum fabs copysign floor ceil trunc rint nearbyint "
     "round roundeven".split())
 _PICK_CALL = re.compile(r"@lane\.(\w+)\(")
+# A vector reduction by maximum or minimum (IEEE 754-2019: NaN propagates, -0 is
+# below +0) picks one of its operands whatever the order: exact under `reassoc`.
+# Not fmax/fmin (maxnum: either zero where they compare equal).
+_EXACT_REDUCE = re.compile(r"@llvm\.vector\.reduce\.f(?:maximum|minimum)\.")
 _LLVM_EXACT = re.compile(
     r"@llvm\.(?:maximum|minimum|maxnum|minnum|fabs|copysign|floor|ceil|trunc|rint|"
     r"nearbyint|round|roundeven|masked)\.")
@@ -1195,7 +1199,8 @@ class _Semantics:
       out, r = self.moved(name, text, home, resolve, mat)
     else:
       call = _PICK_CALL.search(text)
-      exact = call is not None and call.group(1) in _EXACT_CALLS
+      exact = (call is not None and call.group(1) in _EXACT_CALLS) or \
+          _EXACT_REDUCE.search(text) is not None
       if exact:
         text = _FLAG_PREFIX.sub("", text)   # exact in any order
       plain = _flags(text) <= _PLAIN_FLAGS
@@ -1289,7 +1294,8 @@ class _Semantics:
     for name, text in self.rhs.items():
       op = _opcode(text)
       if op in _ROUNDS or (op == "call" and _FLOAT_TYPE.search(text)
-                           and not _LLVM_EXACT.search(text)):
+                           and not _LLVM_EXACT.search(text)
+                           and not _EXACT_REDUCE.search(text)):
         out.append((self.form(name, False, True)[0], self.form(name, True, True)[0]))
     return out
 

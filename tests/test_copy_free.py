@@ -372,6 +372,30 @@ def matmul_then_step_both_read_by_a_product(b0, b1):
   return b0, v1 * jnp.resize(v2, (33, 4)), v1, b1
 
 
+def step_branch_swap_then_max_of_abs(b0):
+  """Fuzz seed 6500 #100 (shrunk). `jnp.max(jnp.abs(b0))` after a step, a
+  conditional and a row swap: jax.jit's program computes the maximum in a loop
+  that recomputes its operand, the candidate's loads it. A vector reduction by
+  `fmaximum` is exact in any order, so its `reassoc` flag keeps no operand
+  placed (`_llvm._EXACT_REDUCE`); before, the comparison refused it and the copy
+  stayed."""
+  v1 = b0[21]
+  b0 = b0 - 0.1 * v1
+
+  def br0(b0):
+    return b0.at[:, 13].set(jnp.resize(v1, (24,))), jnp.max(jnp.mean(b0, axis=0))
+
+  def br1(b0):
+    return b0, jnp.max(v1)
+  b0, v2 = lax.cond(b0[20, 10] > 0, br0, br1, b0)
+  v7 = jnp.abs(b0)
+  v8 = b0[16]
+  b0 = b0.at[16].set(b0[7])
+  b0 = b0.at[7].set(v8)
+  b0 = b0.at[jnp.argmax(b0[17]) % 24, jnp.argmin(b0[:, 0]) % 16].set(jnp.max(v7))
+  return b0, v7, v2
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -471,6 +495,8 @@ CASES = {
         column_step_then_argmin_of_the_new_column, _normal((48, 16), (32, 32)), (0, 1), ()),
     "matmul_then_step_both_read_by_a_product": (
         matmul_then_step_both_read_by_a_product, _normal((33, 48), (48, 48)), (0, 1), ()),
+    "step_branch_swap_then_max_of_abs": (step_branch_swap_then_max_of_abs,
+                                         _normal((24, 16)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

@@ -853,3 +853,30 @@ def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
   assert _llvm.same_semantics(shared_a, renamed)
   assert not _llvm.same_semantics(shared_a, one_side)
   assert not _llvm.same_semantics(one_side, shared_a)
+
+
+def test_semantics_read_a_maximum_reduction_as_exact():
+  """A vector reduction by `fmaximum` or `fminimum` picks one of its operands in
+  any order (NaN propagates, -0 is below +0), so its `reassoc` flag reorders
+  nothing: a stored value it recomputes reads as a load, and the reduction is no
+  value that rounds (fuzz seed 6500 #100: `jnp.max(jnp.abs(b0))` after a step,
+  the step recomputed in jax.jit's reduction loop, loaded by the candidate's).
+  `fmax`/`fmin` (either zero where they compare equal) and sums stay placed."""
+  def reduction(body: str, combiner: str = "fmaximum") -> str:
+    return _kernel("k2", body + f"""
+  %r = tail call reassoc float @llvm.vector.reduce.{combiner}.v8f32(<8 x float> %s)
+  store float %r, ptr %p, align 4""")
+  recomputes = """\
+  %x = load <8 x float>, ptr %p, align 4
+  %m = fmul <8 x float> %x, splat (float 5.000000e-01)
+  %s = fadd <8 x float> %m, splat (float -2.000000e+00)"""
+  loads = "  %s = load <8 x float>, ptr %q, align 4"
+  assert _llvm.same_semantics(_llvm.read([_STORES, reduction(recomputes)]),
+                              _llvm.read([_STORES, reduction(loads)]))
+  for combiner in ("fmax", "fadd"):
+    other = (lambda body: reduction(body, combiner)) if combiner == "fmax" else (
+        lambda body: reduction(body).replace(
+            "@llvm.vector.reduce.fmaximum.v8f32(<8 x float> %s)",
+            "@llvm.vector.reduce.fadd.v8f32(float 0.000000e+00, <8 x float> %s)"))
+    assert not _llvm.same_semantics(_llvm.read([_STORES, other(recomputes)]),
+                                    _llvm.read([_STORES, other(loads)]))
