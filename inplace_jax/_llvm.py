@@ -1272,14 +1272,36 @@ class _Semantics:
 
   def stored(self) -> set[str]:
     """The forms (unresolved by materialisation) of the values this function
-    stores that are not loads themselves."""
-    out = set()
+    stores that are not loads themselves. A stored pick (a phi, a select) stores
+    each of its choices for the elements that take it: a dynamic-update-slice or
+    scatter that XLA fuses into the kernel writing the buffer picks the updated
+    element or the old one (fuzz seed 6700 #770: `b.at[:, 53].add(0.5)` stored by
+    a phi of the loaded element and `x + 0.5`), so those choices are stored too."""
+    out: set[str] = set()
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+      name = self.source(name)
+      if name not in self.rhs or name in seen:
+        return
+      seen.add(name)
+      f, _ = self.form(name, True, False)
+      if f not in _LEAVES:
+        out.add(f)
+      text = _semantic_text(self.rhs[name])
+      op = _opcode(text)
+      if op == "phi":
+        choices = _PHI_INCOMING.findall(text)
+      elif op == "select" and _FLOAT_TYPE.search(text):
+        choices = [o.rsplit(" ", 1)[-1] for o in _operands(text.split(" ", 1)[1])[1:]]
+      else:
+        return
+      for c in choices:
+        if _VALUE.fullmatch(c):
+          add(c)
+
     for n, _ in self.stores:
-      name = self.source(n)
-      if name in self.rhs:
-        f, _ = self.form(name, True, False)
-        if f not in _LEAVES:
-          out.add(f)
+      add(n)
     return out
 
   def refusing(self) -> bool:

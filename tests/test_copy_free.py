@@ -396,6 +396,17 @@ def step_branch_swap_then_max_of_abs(b0):
   return b0, v7, v2
 
 
+def column_add_then_sine(b):
+  """Fuzz seed 6700 #770 (shrunk). jax.jit copies the buffer twice: its sine
+  kernel recomputes the updated column from the old buffer (the scatter-add
+  fused in as a pick of the old element or `x + 0.5`). The candidate updates in
+  place and takes the sine of the buffer it loads; the update's kernel stores
+  the same pick, so each choice is a stored value and the two programs compute
+  the same sines (`_llvm._Semantics.stored`)."""
+  b = b.at[:, 53].add(0.5)
+  return b, jnp.sin(b)
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -497,6 +508,7 @@ CASES = {
         matmul_then_step_both_read_by_a_product, _normal((33, 48), (48, 48)), (0, 1), ()),
     "step_branch_swap_then_max_of_abs": (step_branch_swap_then_max_of_abs,
                                          _normal((24, 16)), (0,), ()),
+    "column_add_then_sine": (column_add_then_sine, _normal((24, 64)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

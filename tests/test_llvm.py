@@ -880,3 +880,40 @@ def test_semantics_read_a_maximum_reduction_as_exact():
             "@llvm.vector.reduce.fadd.v8f32(float 0.000000e+00, <8 x float> %s)"))
     assert not _llvm.same_semantics(_llvm.read([_STORES, other(recomputes)]),
                                     _llvm.read([_STORES, other(loads)]))
+
+
+def _picking(name: str, choice: str, use: str) -> str:
+  """A kernel that picks the loaded element or `choice` of it (a fused update of
+  one element), then `use`s the pick `%v`."""
+  return _kernel(name, f"""\
+  %c = load i1, ptr %q, align 1
+  br i1 %c, label %old, label %new
+old:
+  %x = load float, ptr %p, align 4
+  br label %meet
+new:
+  %y = load float, ptr %p, align 4
+  %z = {choice}
+  br label %meet
+meet:
+  %v = phi float [ %x, %old ], [ %z, %new ]
+{use}""")
+
+
+def test_semantics_read_a_stored_picks_choices_as_stored():
+  """A kernel that stores a pick (the update fused into the kernel writing the
+  buffer) stores each choice for the elements that take it: where the other
+  program's kernel picks the same update and computes on it, the pick reads as a
+  load (fuzz seed 6700 #770: `jnp.sin(b.at[:, 53].add(0.5))`, the sine taken of
+  the recomputed column in jax.jit's kernel, of the updated buffer loaded in the
+  candidate's)."""
+  add = "fadd float %y, 5.000000e-01"
+  update = _picking("k1", add, "  store float %v, ptr %p, align 4")
+  sine = "  %s = tail call float @llvm.sin.f32(float %v)\n  store float %s, ptr %q, align 4"
+  recomputes = _picking("k2", add, sine)
+  loads = _kernel("k2", "  %v = load float, ptr %p, align 4\n" + sine)
+  assert _llvm.same_semantics(_llvm.read([update, recomputes]), _llvm.read([update, loads]))
+  # An update that stores another choice: the recomputed one is no stored value.
+  other = _picking("k1", "fmul float %y, 5.000000e-01", "  store float %v, ptr %p, align 4")
+  assert not _llvm.same_semantics(_llvm.read([other, recomputes]),
+                                  _llvm.read([other, loads]))
