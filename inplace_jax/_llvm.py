@@ -966,6 +966,18 @@ _LEAVES = frozenset({"load", "phi", "int", "arg"})
 _PHI_INCOMING = re.compile(r"\[\s*([^,\]\s]+)\s*,\s*%[\w.\-]+\s*\]")
 
 
+def _choices(text: str) -> list[str] | None:
+  """The values a pick chooses among: a phi's incoming values, a float select's
+  two operands; None for any other instruction (`text` semantic)."""
+  op = _opcode(text)
+  if op == "phi":
+    return _PHI_INCOMING.findall(text)
+  if op == "select" and _FLOAT_TYPE.search(text) and \
+      len(ops := _operands(text.split(" ", 1)[1])) == 3:
+    return [o.rsplit(" ", 1)[-1] for o in ops[1:]]
+  return None
+
+
 def _semantic_text(text: str) -> str:
   """An instruction's text as one lane: splats and vector constants as the value
   of their lanes (poison lanes left out), lane-wise calls without their width."""
@@ -1191,9 +1203,8 @@ class _Semantics:
         out, r = "load", False
       else:
         out, r = self.merged(incoming, resolve, mat)
-    elif op == "select" and _FLOAT_TYPE.search(text) and \
-        len(ops := _operands(text.split(" ", 1)[1])) == 3 and \
-        self.picks_leaves([o.rsplit(" ", 1)[-1] for o in ops[1:]], resolve, mat):
+    elif op == "select" and (choices := _choices(text)) is not None and \
+        self.picks_leaves(choices, resolve, mat):
       out, r = "load", False
     elif op in ("shufflevector", "insertelement"):
       out, r = self.moved(name, text, home, resolve, mat)
@@ -1288,15 +1299,7 @@ class _Semantics:
       f, _ = self.form(name, True, False)
       if f not in _LEAVES:
         out.add(f)
-      text = _semantic_text(self.rhs[name])
-      op = _opcode(text)
-      if op == "phi":
-        choices = _PHI_INCOMING.findall(text)
-      elif op == "select" and _FLOAT_TYPE.search(text):
-        choices = [o.rsplit(" ", 1)[-1] for o in _operands(text.split(" ", 1)[1])[1:]]
-      else:
-        return
-      for c in choices:
+      for c in _choices(_semantic_text(self.rhs[name])) or ():
         if _VALUE.fullmatch(c):
           add(c)
 
@@ -1338,6 +1341,13 @@ def _materialised(a: Kernels, b: Kernels) -> frozenset[str]:
   return frozenset().union(*(_stored(f) for f in (*a.functions, *b.functions)))
 
 
+def _shared(a: Kernels, b: Kernels) -> set[int]:
+  """The ids of the kernels both programs compile alike (one interned text,
+  `_interned`): such a kernel computes the same forms for the same elements in
+  both, so its refusal (`_Semantics.refused`) tells them apart nowhere."""
+  return {id(f) for f in a.functions} & {id(f) for f in b.functions}
+
+
 def recomputes_unloadably(a: Kernels, b: Kernels) -> bool:
   """Whether a value some kernel of either program stores is recomputed where it
   cannot read as a load (a product an add contracts, a reassociating consumer's
@@ -1348,9 +1358,7 @@ def recomputes_unloadably(a: Kernels, b: Kernels) -> bool:
   if not a.functions or not b.functions:
     return True
   materialised = _materialised(a, b)
-  # A kernel both programs compile alike (one interned text) computes the same
-  # forms in both: its refusal tells the two programs apart nowhere.
-  both = {id(f) for f in a.functions} & {id(f) for f in b.functions}
+  both = _shared(a, b)
   return any(_Semantics(blocks, materialised).refusing()
              for blocks in (*a.functions, *b.functions) if id(blocks) not in both)
 
@@ -1392,10 +1400,7 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   if not a.functions or not b.functions:
     return False
   materialised = _materialised(a, b)
-  # A kernel both programs compile alike (one interned text) computes the same
-  # forms for the same elements in both: its refusal tells them apart nowhere
-  # (as in `recomputes_unloadably`).
-  both = {id(f) for f in a.functions} & {id(f) for f in b.functions}
+  both = _shared(a, b)
 
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
@@ -1453,7 +1458,7 @@ def _form_table(k: Kernels, materialised: frozenset[str]):
     extent = _extent(blocks) if per else None
     for g, seq in per.items():
       if extent and extent[0] and len(set(seq)) == 1:
-        kernels[g][(("*",) + tuple(seq[:1]), extent)] += 1
+        kernels[g][(("*", seq[0]), extent)] += 1
       else:
         kernels[g][(tuple(seq), extent)] += 1
   return forms, kernels
