@@ -1354,14 +1354,14 @@ def materialised_round_two_elements_off(b0, b1):
 
 
 def zero_trip_loop_sum_added_to_negative_zeros(b0, b1):
-  """Long run seed 6700 #8878, commit 04cb5d8 (wrong at ec0b45c too, the previous
-  stop's code: not caused by this stop's changes). Oracle: inexact, on special
-  data: the sign of zeros only, in output 2 (`b1`). `v1` is the sum a while loop
-  of zero trips returns, 0.0; `b1.at[:, 18].add(v1)` adds it to a column holding
-  -0.0. The likely cause, the class of #2501 (not confirmed): jax.jit's XLA sees
-  the loop's result is its initial 0.0 and folds the add, keeping -0.0, while the
-  sequenced program's tie hides it and the add makes +0.0. Not fixed: found at
-  the stop's end; a strict expected failure until it is."""
+  """Long run seed 6700 #8878, commit 04cb5d8 (wrong at ec0b45c too). Oracle:
+  inexact, on special data: the sign of zeros only, in output 2 (`b1`). `v1` is the
+  sum a while loop of zero trips returns, 0.0; `b1.at[:, 18].add(v1)` adds it to a
+  column holding -0.0. jax.jit's XLA replaces the loop by its initial carries and
+  folds the add, keeping -0.0; the refinement round took the loop's result through
+  the tie (the loop reads `b0`), which hid the 0.0 and made +0.0. A loop whose
+  condition is false on its literal initial carries now counts as returning them
+  (`_rules._registry._zero_trips`), so its constant result is used as it is."""
   def cond1(c1):
     return c1[0] < 0
   def body1(c1):
@@ -1516,6 +1516,5 @@ REGRESSIONS = [
     _case(step_returning_its_square_then_window_add, f32("b0", 32, 24),
           data="normal", data_seed=225938112),
     _case(zero_trip_loop_sum_added_to_negative_zeros, f32("b0", 16, 16), f32("b1", 64, 24),
-          data="normal", data_seed=617288739,
-          known_failure="seed 6700 #8878: the sign of zeros on special data (not fixed)"),
+          data="normal", data_seed=617288739),
 ]

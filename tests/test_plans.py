@@ -361,3 +361,22 @@ def test_dead_while_carries_removed_as_xla_removes_them():
   out = C.jaxpr_as_fun(C.ClosedJaxpr(new, cj.consts))(x, 3)
   for a, b in zip(out, jax.jit(f)(x, 3), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("lo, hi, free", [(0, 0, True), (0, 2, False), (None, 0, False)])
+def test_a_loop_of_no_trips_returns_its_initial_carries(lo, hi, free):
+  # A loop whose condition is false on its literal initial carries makes no trip:
+  # its results are those carries, whatever its body reads. A constant one must
+  # stay visible to XLA's simplifier (fuzz seed 6700 #8878: -0.0 + a zero-trip sum).
+  # Not when the loop makes trips, nor when the condition reads an operand.
+  from inplace_jax._rules import outputs_free_of
+
+  def f(b, n):
+    start = jnp.int32(0) if lo is not None else n
+    body = lambda i, s: s + jnp.argmax(b[1]).astype(jnp.float32)
+    return lax.fori_loop(start, hi, body, jnp.float32(0))
+  cj = jax.make_jaxpr(f)(_x(), jnp.int32(0))
+  (loop,) = [e for e in cj.jaxpr.eqns if e.primitive is C.while_p]
+  ops = [i for i, v in enumerate(loop.invars) if not C.is_literal(v)]
+  total = len(loop.outvars) - 1
+  assert (total in outputs_free_of(loop, ops)) == free

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from .. import _compat as C
 from .. import _traits
@@ -240,6 +241,19 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
   return free
 
 
+def _zero_trips(eqn, trips: set[int]) -> bool:
+  """Whether while loop `eqn` makes no trip: every input its condition reads
+  (`trips`, positions in `eqn.invars`) is a literal, and the condition is false on
+  them. The inputs it does not read are given zeros."""
+  if not all(C.is_literal(eqn.invars[i]) for i in trips):
+    return False
+  nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+  cond = eqn.params["cond_jaxpr"]
+  args = [v.val if i in trips else np.zeros(v.aval.shape, v.aval.dtype)
+          for i, v in enumerate(eqn.invars) if i < nc or i >= nc + nb]
+  return not bool(C.eval_jaxpr(cond.jaxpr, cond.consts, *args)[0])
+
+
 def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
   """`outputs_free_of` for a while loop, carry by carry: JAX's dead-code rule keeps
   every input of a loop any of whose outputs is used. A carry's final value is
@@ -269,11 +283,13 @@ def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
     return out
 
   trip_inputs = closure(trips)
+  zero = _zero_trips(eqn, trips)
   free = set()
   for j, out in enumerate(eqn.outvars):
     if C.is_drop_var(out):
       continue
-    deps = closure(direct[j] | {nc + nb + j}) | trip_inputs
+    # A loop of no trips returns its initial carries.
+    deps = {nc + nb + j} if zero else closure(direct[j] | {nc + nb + j}) | trip_inputs
     if not any(i in deps for i in operands):
       free.add(j)
   return free
