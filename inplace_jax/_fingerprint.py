@@ -453,10 +453,12 @@ _LLVM_KINDS = frozenset({"", "kLoop", "kInput", "kOutput"})
 
 
 def elementwise(op: Operation | str) -> bool:
-  """Whether `op` is an elementwise operation in code XLA:CPU emits through LLVM: a
-  multiply-add candidate, a product, or an elementwise transcendental. Where two
-  programs differ only in such operations, their kernels' LLVM IR decides whether
-  they compute alike (`_llvm.py`)."""
+  """Whether `op` is an operation in code XLA:CPU emits through LLVM whose
+  kernels' IR can say what it computes: a multiply-add candidate, a product, an
+  elementwise transcendental, or a reduction (its order of adds is in the IR,
+  `reassoc` keeping its operands placed). Where two programs differ only in such
+  operations, their kernels' LLVM IR decides whether they compute alike
+  (`_llvm.py`)."""
   if not isinstance(op, Operation):
     return False
   head = op.form[0]
@@ -464,7 +466,7 @@ def elementwise(op: Operation | str) -> bool:
     kind = op.form[3]
   elif head == "product":
     kind = op.form[-1]
-  elif head in _ELEMENTWISE_SENSITIVE:
+  elif head in _ELEMENTWISE_SENSITIVE or head == "reduce":
     kind = op.form[6].split("/")[0]
   else:
     return False

@@ -324,7 +324,8 @@ class InplaceJitted:
               plain_ir: dict) -> Candidate:
     """`cand` judged by its kernels' LLVM IR (`_llvm.py`) as well as its HLO:
 
-    * where every operation the HLO shows in another form is elementwise, it may
+    * where every operation the HLO shows in another form is elementwise or a
+      reduction (`_fingerprint.elementwise`), it may
       run if both programs' kernels compute the same floating-point expressions,
       or the same ones where one stores a value the other recomputes
       (`_llvm.same_up_to_materialisation`), or round every value alike read as

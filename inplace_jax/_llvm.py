@@ -116,12 +116,24 @@ _SCALAR_LOAD = re.compile(r"^load (float|<1 x float>), ptr (%[\w.\-]+)(?:,|$)")
 _LANE_OF = re.compile(r"^(?:extractelement <1 x float> (%[\w.\-]+), i64 0"
                       r"|shufflevector <1 x float> (%[\w.\-]+), <1 x float> poison, "
                       r"<\d+ x i32> zeroinitializer)$")
+# A splat built in two steps: the value into lane 0 of a poison vector, then that
+# lane shuffled into every lane.
+_INTO_LANE0 = re.compile(r"^insertelement <\d+ x float> poison, float (%[\w.\-]+), i64 0$")
+_SPLAT_OF = re.compile(r"^shufflevector <\d+ x float> (%[\w.\-]+), <\d+ x float> poison, "
+                       r"<\d+ x i32> zeroinitializer$")
 # Where a constant computes the same bits as a literal and loaded: as the
 # dividend of a division (nothing folds `c / x`) and in a comparison. Not as a
 # divisor: XLA multiplies by the reciprocal of a literal, and LLVM folds `x / 1`
 # where the processor flushes a subnormal `x` (docs/xla_notes.md, measured on
 # every kind of float32).
 _FDIV = re.compile(r"^(fdiv )((?:<\d+ x )?float>?) (\S+), (\S+)$")
+# An add that no flag lets LLVM fold with a constant (`nsz` and `fast` would let
+# it drop `x + 0.0`): where a constant operand is not -0.0 (`x + -0.0` is `x`
+# to LLVM under any flag), the add computes the same bits from the value loaded
+# as from the literal: a reduction's initial value, which XLA keeps out of a
+# kernel of one reduction (`wrapped_reduce`) and jax.jit's fused kernel holds.
+_FADD = re.compile(
+    r"^(fadd (?:(?:reassoc|contract|arcp|afn|nnan|ninf) )*)((?:<\d+ x )?float>?) (\S+), (\S+)$")
 _FCMP = re.compile(r"^(fcmp (?:\w+ )+?)((?:<\d+ x )?float>?) (\S+), (\S+)$")
 
 
@@ -153,13 +165,23 @@ def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
     m = _SCALAR_LOAD.match(t)
     if m and pointers.get(m.group(2), -1) in arguments:
       constant[n] = arguments[pointers[m.group(2)]]
+  inserted: dict[str, str] = {}     # a constant in lane 0 of a poison vector
   grown = True
   while grown:
     grown = False
     for n, t in rhs.items():
+      if n in constant or n in inserted:
+        continue
       m = _LANE_OF.match(t)
-      if n not in constant and m and (m.group(1) or m.group(2)) in constant:
-        constant[n] = constant[m.group(1) or m.group(2)]
+      source = (m.group(1) or m.group(2)) if m else None
+      if source in constant:
+        constant[n] = constant[source]
+        grown = True
+      elif (m := _INTO_LANE0.match(t)) and m.group(1) in constant:
+        inserted[n] = constant[m.group(1)]
+        grown = True
+      elif (m := _SPLAT_OF.match(t)) and m.group(1) in inserted:
+        constant[n] = inserted[m.group(1)]
         grown = True
   if not constant:
     return blocks
@@ -171,18 +193,25 @@ def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
         users[v].append(d.group(2) if d else line)
 
   def safe(use: str, name: str) -> bool:
-    """A lane move of constants, a comparison, a division of the constant."""
+    """A lane move of constants, a comparison, a division of the constant, an
+    add of a constant other than -0.0 that no flag lets LLVM fold."""
+    if name in inserted:
+      return (m := _SPLAT_OF.match(use)) is not None and m.group(1) == name
     if (m := _LANE_OF.match(use)) is not None:
       return (m.group(1) or m.group(2)) in constant
+    if (m := _INTO_LANE0.match(use)) is not None:
+      return m.group(1) in constant
     if (d := _FDIV.match(use)) is not None:
       return d.group(3) == name != d.group(4)
+    if (a := _FADD.match(use)) is not None:
+      return constant[name] != "-0.000000e+00"
     return _FCMP.match(use) is not None
 
-  if any(not safe(u, n) for n in constant for u in users[n]):
+  if any(not safe(u, n) for n in (*constant, *inserted) for u in users[n]):
     return blocks
 
   def substitute(text: str) -> str:
-    m = _FCMP.match(text) or _FDIV.match(text)
+    m = _FCMP.match(text) or _FDIV.match(text) or _FADD.match(text)
     if m is None:
       return text
     head, ty, a, b = m.groups()
@@ -191,10 +220,17 @@ def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
     def value(v: str) -> str:
       if v not in constant:
         return v
-      return f"splat (float {constant[v]})" if vector else constant[v]
+      if not vector:
+        return constant[v]
+      # As LLVM writes a vector constant: a zero one as `zeroinitializer`.
+      return ("zeroinitializer" if constant[v] == "0.000000e+00"
+              else f"splat (float {constant[v]})")
 
+    if head.startswith("fadd") and a in constant and b not in constant:
+      # An add's constant on the right, where LLVM puts a literal one.
+      a, b = b, a
     # A division reads its dividend only as the constant (`safe`).
-    return f"{head}{ty} {value(a)}, {value(b) if head.startswith('fcmp') else b}"
+    return f"{head}{ty} {value(a)}, {value(b) if not head.startswith('fdiv') else b}"
 
   out: dict[str, list[str]] = {}
   for label, lines in blocks.items():

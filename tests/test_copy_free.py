@@ -407,6 +407,18 @@ def column_add_then_sine(b):
   return b, jnp.sin(b)
 
 
+def element_set_then_column_means_written_back(b):
+  """Fuzz seed 6700 #7609. jax.jit copies the buffer: its column sums reduce the
+  old buffer with the set element fused in. The candidate sets the element in
+  place and sums the stored buffer in a kernel of the reduction alone, which XLA
+  passes its initial 0.0 as an argument where jax.jit's fused kernel holds it as
+  a literal; the add it starts reads the same value either way
+  (`_llvm._constant_loads`), and the two programs sum alike."""
+  b = b.at[-14, 20].set(0.0)
+  v = jnp.mean(b, axis=0)
+  return lax.dynamic_update_slice(b, -jnp.resize(v, (24, 15)), (jnp.int32(0), jnp.int32(2)))
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -509,6 +521,8 @@ CASES = {
     "step_branch_swap_then_max_of_abs": (step_branch_swap_then_max_of_abs,
                                          _normal((24, 16)), (0,), ()),
     "column_add_then_sine": (column_add_then_sine, _normal((24, 64)), (0,), ()),
+    "element_set_then_column_means_written_back": (
+        element_set_then_column_means_written_back, _normal((32, 24)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

@@ -829,6 +829,56 @@ def test_semantics_read_a_constant_operand_as_the_constant():
 
 
 
+# jax.jit's fused kernel sums a column starting from the literal 0.0.
+_SUM_FROM_LITERAL = _frame_kernel("reduce_fusion", """\
+  %x = load <8 x float>, ptr %a0, align 4
+  %g = getelementptr i8, ptr %a0, i64 96
+  %y = load <8 x float>, ptr %g, align 4
+  %s0 = fadd reassoc <8 x float> %x, zeroinitializer
+  %s1 = fadd reassoc <8 x float> %s0, %y
+  store <8 x float> %s1, ptr %a1, align 4""")
+# A kernel of the reduction alone: XLA passes the initial value as an operand,
+# and the kernel loads it and splats it into a vector.
+_SUM_FROM_LOAD = _frame_kernel("wrapped_reduce", """\
+  %c = load float, ptr %a1, align 4
+  %i = insertelement <8 x float> poison, float %c, i64 0
+  %v = shufflevector <8 x float> %i, <8 x float> poison, <8 x i32> zeroinitializer
+  %x = load <8 x float>, ptr %a0, align 4
+  %g = getelementptr i8, ptr %a0, i64 96
+  %y = load <8 x float>, ptr %g, align 4
+  %s0 = fadd reassoc <8 x float> %v, %x
+  %s1 = fadd reassoc <8 x float> %s0, %y
+  store <8 x float> %s1, ptr %a2, align 4""")
+_SUM_HLO = """\
+ENTRY %main (p: f32[2,8]) -> f32[8] {
+  %p = f32[2,8]{1,0} parameter(0)
+  %constant.8 = f32[] constant(0)
+  ROOT %wrapped_reduce = f32[8]{0} fusion(%p, %constant.8), kind=kLoop, calls=%w
+}"""
+
+
+def test_semantics_read_a_reductions_loaded_initial_value_as_the_constant():
+  """A reduction XLA leaves alone in its kernel (`wrapped_reduce`) gets its
+  initial value as an operand and loads it, where jax.jit's fused kernel adds
+  the literal (fuzz seed 6700 #7609, `jnp.mean` over a buffer updated in place).
+  An add of a constant that no flag lets LLVM fold computes the same bits from
+  the loaded value, so the load reads as the constant, on the right as LLVM
+  writes a literal. Not where a flag allows folding `x + 0.0` (`nsz`), not for
+  -0.0 (`x + -0.0` is `x` to LLVM), nor with another constant."""
+  constants = _llvm.constant_arguments(_SUM_HLO)
+  assert constants == {"wrapped_reduce": {1: "0.000000e+00"}}
+  theirs = _llvm.read([_SUM_FROM_LITERAL])
+  assert _llvm.same_semantics(_llvm.read([_SUM_FROM_LOAD], constants), theirs)
+  assert not _llvm.same_semantics(_llvm.read([_SUM_FROM_LOAD]), theirs)
+  nsz = _SUM_FROM_LOAD.replace("%s0 = fadd reassoc", "%s0 = fadd reassoc nsz")
+  assert "%v, %x" in "\n".join(_llvm.read([nsz], constants).functions[0][""])
+  negative_zero = {"wrapped_reduce": {1: "-0.000000e+00"}}
+  assert "%v, %x" in "\n".join(
+      _llvm.read([_SUM_FROM_LOAD], negative_zero).functions[0][""])
+  one = {"wrapped_reduce": {1: "1.000000e+00"}}
+  assert not _llvm.same_semantics(_llvm.read([_SUM_FROM_LOAD], one), theirs)
+
+
 def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
   """`recomputes_unloadably` and `same_semantics` read past a refusing kernel the
   two programs share: one compiled alike in both (the same interned text)
