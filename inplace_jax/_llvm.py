@@ -243,19 +243,24 @@ def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
 
 _HLO_CONSTANT = re.compile(
     r"^\s*(?:ROOT )?%([\w.\-]+) = f32\[1?\](?:\{0?\})? constant\(\{?\s*([^(){}\s,]+)\s*\}?\)")
+_HLO_COPY = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = f32\[1?\](?:\{0?\})? copy\(%([\w.\-]+)\)")
 _HLO_FUSION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+ fusion\(([^()]*)\), kind=")
 _HLO_SHAPE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S)")
 
 
 def constant_arguments(hlo: str) -> dict[str, dict[int, str]]:
   """For each fusion of an optimised HLO module (its text) that takes a
-  one-element float32 constant as an operand, its kernel's argument index for it
-  (operands before it are arrays, one argument each) and the constant as LLVM
-  writes a float: `%e` where that reads back exactly, else the double's bits."""
+  one-element float32 constant (or a copy of one) as an operand, its kernel's
+  argument index for it (operands before it are arrays, one argument each) and
+  the constant as LLVM writes a float: `%e` where that reads back exactly, else
+  the double's bits."""
   constants: dict[str, str] = {}
+  copies: dict[str, str] = {}
   tuples: set[str] = set()
   fusions: list[tuple[str, list[str]]] = []
   for line in hlo.splitlines():
+    if m := _HLO_COPY.match(line):
+      copies[m.group(1)] = m.group(2)
     if (m := _HLO_SHAPE.match(line)) and m.group(2) == "(":
       tuples.add(m.group(1))
     if m := _HLO_CONSTANT.match(line):
@@ -264,6 +269,8 @@ def constant_arguments(hlo: str) -> dict[str, dict[int, str]]:
         constants[m.group(1)] = literal
     if m := _HLO_FUSION.match(line):
       fusions.append((m.group(1), [o.strip().lstrip("%") for o in m.group(2).split(",")]))
+  # A copy of a constant (XLA copies one that a loop's initial carries share).
+  constants.update({c: constants[src] for c, src in copies.items() if src in constants})
   out: dict[str, dict[int, str]] = {}
   for name, operands in fusions:
     args = {}

@@ -877,6 +877,10 @@ def test_semantics_read_a_reductions_loaded_initial_value_as_the_constant():
       _llvm.read([_SUM_FROM_LOAD], negative_zero).functions[0][""])
   one = {"wrapped_reduce": {1: "1.000000e+00"}}
   assert not _llvm.same_semantics(_llvm.read([_SUM_FROM_LOAD], one), theirs)
+  # A copy of the constant (XLA copies one a loop's initial carries share) holds it.
+  copied = _SUM_HLO.replace("fusion(%p, %constant.8)", "fusion(%p, %copy.2)").replace(
+      "  ROOT", "  %copy.2 = f32[] copy(%constant.8)\n  ROOT")
+  assert _llvm.constant_arguments(copied) == constants
 
 
 def test_a_refusing_kernel_both_programs_compile_alike_tells_nothing_apart():
