@@ -380,3 +380,27 @@ def test_a_loop_of_no_trips_returns_its_initial_carries(lo, hi, free):
   ops = [i for i, v in enumerate(loop.invars) if not C.is_literal(v)]
   total = len(loop.outvars) - 1
   assert (total in outputs_free_of(loop, ops)) == free
+
+
+def test_a_loop_of_no_trips_with_a_key_carry_compiles_and_matches_jax_jit():
+  # The condition is evaluated on the literals it reads alone: a carry it does
+  # not read may have a dtype NumPy cannot make (a PRNG key), which crashed the
+  # first version of the rule.
+  from inplace_jax._rules import outputs_free_of
+
+  def f(b, key):
+    def body(c):
+      i, k, s = c
+      k, sub = jax.random.split(k)
+      return i + 1, k, s + jax.random.normal(sub) + b[0, 0]
+    _, key, s = lax.while_loop(lambda c: c[0] < 0, body, (0, key, 0.0))
+    r = b[3].sum()
+    return b.at[:, 2].add(s).at[3].set(r), key
+  cj = jax.make_jaxpr(f)(_x(), jax.random.key(0))
+  (loop,) = [e for e in cj.jaxpr.eqns if e.primitive is C.while_p]
+  ops = [i for i, v in enumerate(loop.invars) if not C.is_literal(v)]
+  assert outputs_free_of(loop, ops) == {0, 2}
+  want = jax.jit(f)(_x(), jax.random.key(0))
+  got = inplace_jax.jit(f, donate_argnums=0)(_x(), jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+  np.testing.assert_array_equal(jax.random.key_data(got[1]), jax.random.key_data(want[1]))

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 from .. import _compat as C
 from .. import _traits
@@ -243,15 +242,16 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
 
 def _zero_trips(eqn, trips: set[int]) -> bool:
   """Whether while loop `eqn` makes no trip: every input its condition reads
-  (`trips`, positions in `eqn.invars`) is a literal, and the condition is false on
-  them. The inputs it does not read are given zeros."""
+  (`trips`, positions in `eqn.invars`) is a literal, and the condition, cut to
+  those inputs, is false on them."""
   if not all(C.is_literal(eqn.invars[i]) for i in trips):
     return False
   nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
   cond = eqn.params["cond_jaxpr"]
-  args = [v.val if i in trips else np.zeros(v.aval.shape, v.aval.dtype)
-          for i, v in enumerate(eqn.invars) if i < nc or i >= nc + nb]
-  return not bool(C.eval_jaxpr(cond.jaxpr, cond.consts, *args)[0])
+  read, used = C.dce_jaxpr(cond.jaxpr, [True])
+  ins = [v for i, v in enumerate(eqn.invars) if i < nc or i >= nc + nb]
+  args = [v.val for v, u in zip(ins, used, strict=True) if u]
+  return not bool(C.eval_jaxpr(read, cond.consts, *args)[0])
 
 
 def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
