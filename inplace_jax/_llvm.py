@@ -203,7 +203,7 @@ def _constant_loads(blocks: dict[str, list[str]], arguments: dict[int, str]
       return m.group(1) in constant
     if (d := _FDIV.match(use)) is not None:
       return d.group(3) == name != d.group(4)
-    if (a := _FADD.match(use)) is not None:
+    if _FADD.match(use) is not None:
       return constant[name] != "-0.000000e+00"
     return _FCMP.match(use) is not None
 
