@@ -526,12 +526,10 @@ class InplaceJitted:
     # arithmetic: one round with those predictions set aside (`Hints.bold`), the
     # compiled fingerprint and kernels judging instead.
     if copies_remain() and _untied_by_prediction(best, plans, threshold):
-      # Kept away from every operation an earlier candidate's barriers changed,
-      # in its arithmetic or only in its HLO (settled by the kernels' IR): only
-      # ties the predictions refused are new (where that changes nothing, no
-      # compile: `optax.MultiSteps`, whose adds every candidate changed, and
-      # `eqx_ensemble_lion`, whose first candidate the IR settled).
-      avoid = frozenset(o.key for c in candidates for o in (*c.changed, *c.settled_by_ir)
+      # Kept away from every operation an earlier candidate's barriers changed:
+      # only ties the predictions refused are new (where that changes nothing, no
+      # compile: `optax.MultiSteps`, whose adds every candidate changed).
+      avoid = frozenset(o.key for c in candidates for o in c.changed
                         if not isinstance(o, str) and o.key)
       run(dataclasses.replace(learnt, bold=True, avoid=avoid),
           len(candidates) + BOLD_COMPILES - 1)
