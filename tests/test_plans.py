@@ -18,7 +18,7 @@ from jax import lax
 import inplace_jax
 from inplace_jax import _plan, _traits
 from inplace_jax import _compat as C
-from inplace_jax._rules import RULES
+from inplace_jax._rules import RULES, outputs_free_of
 
 N = 32
 
@@ -369,8 +369,6 @@ def test_a_loop_of_no_trips_returns_its_initial_carries(lo, hi, free):
   # its results are those carries, whatever its body reads. A constant one must
   # stay visible to XLA's simplifier (fuzz seed 6700 #8878: -0.0 + a zero-trip sum).
   # Not when the loop makes trips, nor when the condition reads an operand.
-  from inplace_jax._rules import outputs_free_of
-
   def f(b, n):
     start = jnp.int32(0) if lo is not None else n
     body = lambda i, s: s + jnp.argmax(b[1]).astype(jnp.float32)
@@ -386,8 +384,6 @@ def test_a_loop_of_no_trips_with_a_key_carry_compiles_and_matches_jax_jit():
   # The condition is evaluated on the literals it reads alone: a carry it does
   # not read may have a dtype NumPy cannot make (a PRNG key), which crashed the
   # first version of the rule.
-  from inplace_jax._rules import outputs_free_of
-
   def f(b, key):
     def body(c):
       i, k, s = c

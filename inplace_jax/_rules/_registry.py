@@ -240,18 +240,14 @@ def outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
   return free
 
 
-def _zero_trips(eqn, trips: set[int]) -> bool:
+def _zero_trips(eqn, read, trips: set[int]) -> bool:
   """Whether while loop `eqn` makes no trip: every input its condition reads
-  (`trips`, positions in `eqn.invars`) is a literal, and the condition, cut to
-  those inputs, is false on them."""
+  (`trips`, positions in `eqn.invars`) is a literal, and the condition cut to
+  those inputs (`read`, its jaxpr after dead-code elimination) is false on them."""
   if not all(C.is_literal(eqn.invars[i]) for i in trips):
     return False
-  nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-  cond = eqn.params["cond_jaxpr"]
-  read, used = C.dce_jaxpr(cond.jaxpr, [True])
-  ins = [v for i, v in enumerate(eqn.invars) if i < nc or i >= nc + nb]
-  args = [v.val for v, u in zip(ins, used, strict=True) if u]
-  return not bool(C.eval_jaxpr(read, cond.consts, *args)[0])
+  args = [eqn.invars[i].val for i in sorted(trips)]
+  return not bool(C.eval_jaxpr(read, eqn.params["cond_jaxpr"].consts, *args)[0])
 
 
 def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
@@ -267,7 +263,7 @@ def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
     _, used = C.dce_jaxpr(body, [k == j for k in range(n)])
     return {nc + i for i, u in enumerate(used) if u}
   direct = [body_reads(j) for j in range(n)]
-  _, used = C.dce_jaxpr(cond, [True])
+  read, used = C.dce_jaxpr(cond, [True])
   trips = {i if i < nc else nc + nb + (i - nc) for i, u in enumerate(used) if u}
 
   def closure(start: set[int]) -> set[int]:
@@ -283,7 +279,7 @@ def _while_outputs_free_of(eqn, operands: Sequence[int]) -> set[int]:
     return out
 
   trip_inputs = closure(trips)
-  zero = _zero_trips(eqn, trips)
+  zero = _zero_trips(eqn, read, trips)
   free = set()
   for j, out in enumerate(eqn.outvars):
     if C.is_drop_var(out):
