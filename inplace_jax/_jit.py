@@ -959,8 +959,24 @@ def _untied_by_prediction(best: Candidate, plans, threshold: int) -> bool:
   if not conflicts:
     return False
   donated = _donated_types(best.report)
-  return any(_about(k, c, donated.get(c.buffer_parameter))
+  return any(_about(k, c, donated.get(c.buffer_parameter)) or
+             (_names_no_read(c) and _of_buffer(k, c, donated.get(c.buffer_parameter)))
              for c in best.report.buffer_copies(threshold) for k in conflicts)
+
+
+def _names_no_read(c) -> bool:
+  """Whether buffer copy `c` names no read of the old value but its own update's
+  (the new value computed in another buffer and copied in): then the read that
+  forces it is found by no source line."""
+  return all(r == c.writer for r in c.readers)
+
+
+def _of_buffer(k: _plan.Conflict, c, buffer_type: str | None) -> bool:
+  """Whether conflict `k` is about a buffer that may be the one copy `c` copies:
+  its argument, else a buffer of its type."""
+  if k.argument is not None:
+    return k.argument == c.buffer
+  return k.buffer_type is None or k.buffer_type in (c.type_str, buffer_type)
 
 
 def _donated_types(report: CopyReport) -> dict[int | None, str]:

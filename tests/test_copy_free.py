@@ -419,6 +419,25 @@ def element_set_then_column_means_written_back(b):
   return lax.dynamic_update_slice(b, -jnp.resize(v, (24, 15)), (jnp.int32(0), jnp.int32(2)))
 
 
+def squares_step_then_loop_reads_a_square(b0):
+  """Fuzz seed 6800 #2570. `v1 = b0 * b0`, returned and read again in the scan,
+  must be computed before `b0 - 0.1 * v1` updates the buffer; the analysis leaves
+  the read untied, predicting that a barrier after a product changes arithmetic.
+  jax.jit's copy names no read (the scan's result is computed in another buffer
+  and copied in), so no source line tied the copy to that prediction and the
+  bold round never ran. It now runs where a copy names no read and a prediction
+  left a read of that buffer untied; its candidate is copy-free and computes
+  jax.jit's arithmetic."""
+  v1 = b0 * b0
+  b0 = b0 - 0.1 * v1
+
+  def body(b0, _):
+    b0 = b0.at[2:3, 5:6].set(jnp.resize(v1, (1, 1)))
+    return b0, b0[5]
+  b0, v2 = lax.scan(body, b0, length=3, reverse=True)
+  return v2, b0, v1
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -523,6 +542,8 @@ CASES = {
     "column_add_then_sine": (column_add_then_sine, _normal((24, 64)), (0,), ()),
     "element_set_then_column_means_written_back": (
         element_set_then_column_means_written_back, _normal((32, 24)), (0,), ()),
+    "squares_step_then_loop_reads_a_square": (
+        squares_step_then_loop_reads_a_square, _normal((16, 32)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
@@ -608,6 +629,19 @@ def test_bold_round_is_the_one_that_runs():
   sig = r.fn.signatures[-1]
   assert sig.chosen is not None and sig.chosen.bold, sig.candidates
   assert not any(c.bold for c in sig.candidates if c is not sig.chosen), sig.candidates
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
+def test_bold_round_runs_for_a_copy_that_names_no_read():
+  # jax.jit's copy names no read, only the scan that computes the new value: the
+  # bold round runs for the read a prediction left untied, and its candidate runs.
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  r = compare(squares_step_then_loop_reads_a_square, *_normal((16, 32))())
+  copies = r.ref_report.buffer_copies(1024)
+  assert copies and all(all(a == c.writer for a in c.readers) for c in copies), copies
+  sig = r.fn.signatures[-1]
+  assert sig.chosen is not None and sig.chosen.bold, sig.candidates
   assert r.report.buffer_copies(1024) == (), r.report
 
 
