@@ -381,7 +381,7 @@ def _added(var, eqns, consumers, depth: int, direct: bool = False,
           continue
         if scale[w] is None:
           return True
-        if any(_scaled_by(x, scale[w], eqns, producer, inputs_plain, 0)
+        if any(_scaled_by(x, scale[w], eqns, producer, inputs_plain, 0, parameters)
                for i, x in enumerate(e.invars) if i != pos):
           return True
         continue
@@ -474,10 +474,15 @@ def _literal_factor(eqn) -> float | None:
     return None
 
 
-def _scaled_by(x, c: float, eqns, producer, inputs_plain: bool, depth: int) -> bool:
+def _scaled_by(x, c: float, eqns, producer, inputs_plain: bool, depth: int,
+               parameters: frozenset = frozenset()) -> bool:
   """Whether `x` is a product with the literal `c` (through data movement), or may
   be: anything not known otherwise counts (an input, unless `inputs_plain`; a
-  call's result; too deep)."""
+  call's result; too deep; a product with a factor that may be a constant XLA
+  knows, `_constant`). A product of values XLA cannot know (`a * a` of an
+  argument `a`, in `parameters`) shares no factor `c` with `w * c`, so the
+  simplifier does not factor `w * c + a * a` (fuzz seed 6800 #6073: a scatter-add's
+  result scaled by 0.9, then added to the square of an argument)."""
   if C.is_literal(x):
     return False
   if depth > MAX_DEPTH:
@@ -489,10 +494,13 @@ def _scaled_by(x, c: float, eqns, producer, inputs_plain: bool, depth: int) -> b
   f = _literal_factor(e)
   if f is not None:
     return f == c or (f != f and c != c)
-  if e.primitive.name == "mul" or _holds_body(e):
-    return True             # a product with a computed factor, or a call's result
+  if e.primitive.name == "mul":
+    # A product with a computed factor: only one that may be a constant.
+    return any(_constant(y, eqns, producer, parameters) for y in e.invars)
+  if _holds_body(e):
+    return True             # a call's result
   if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
-    return any(_scaled_by(y, c, eqns, producer, inputs_plain, depth + 1)
+    return any(_scaled_by(y, c, eqns, producer, inputs_plain, depth + 1, parameters)
                for y in e.invars)
   return False
 

@@ -438,6 +438,22 @@ def squares_step_then_loop_reads_a_square(b0):
   return v2, b0, v1
 
 
+def window_add_scaled_then_added_to_a_square(b0, b2):
+  """Fuzz seed 6800 #6073. `b2.at[:, :8].add(v)`, then `b2 * 0.9 + b0 * b0`:
+  jax.jit fuses the scatter-add into the step, which then reads b2 other than
+  element by element and is written to another buffer and copied in. A barrier
+  after the scatter-add was predicted to let XLA's simplifier move the add in
+  front of it, as in `w * c + v * c` (fuzz seed 3900 #2539); but `b0 * b0`, a
+  product of an argument, shares no constant factor with `w * 0.9`, so nothing is
+  factored (`_exactness._scaled_by`). Tied there, the step runs in place."""
+  v1 = jax.vmap(lambda r: r @ (jnp.arange(128, dtype=jnp.float32)
+                               .reshape(16, 8) % 5 - 2) * 0.125)(b0)
+  b2 = b2.at[0:16, 0:8].add(v1[0:16, 0:8])
+  b2 = b2 * 0.9 + b0 * b0
+  b0 = b0 - 0.01 * b2
+  return b0, b2
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -544,6 +560,8 @@ CASES = {
         element_set_then_column_means_written_back, _normal((32, 24)), (0,), ()),
     "squares_step_then_loop_reads_a_square": (
         squares_step_then_loop_reads_a_square, _normal((16, 32)), (0,), ()),
+    "window_add_scaled_then_added_to_a_square": (
+        window_add_scaled_then_added_to_a_square, _normal((16, 16), (16, 16)), (0, 1), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
