@@ -453,6 +453,13 @@ def _spliced(call, eqn, alias: dict) -> list:
       subst[v] = w
       outvars.append(w)
     info = e.source_info.replace(name_stack=prefix + e.source_info.name_stack)
+    if C.user_frame(e) is None:
+      # A body traced with no user frame (a jax helper's: `dynamic_index_in_dim`'s
+      # slice) runs where it is called: its operations are the call's, by file and
+      # line, as jax.jit's lowering of the call names them; left without one, the
+      # lowering would name the frame that lowers the spliced program (inplace_jax's
+      # own), and a copy's read would match no source line a later round ties.
+      info = info.replace(traceback=eqn.source_info.traceback)
     out.append(e.replace(invars=[v if C.is_literal(v) else subst[v] for v in e.invars],
                          outvars=outvars, source_info=info))
   for outer, inner in zip(eqn.outvars, body.outvars, strict=True):

@@ -454,6 +454,25 @@ def window_add_scaled_then_added_to_a_square(b0, b2):
   return b0, b2
 
 
+def column_by_helper_then_one_trip_loop_sets_a_row(b0):
+  """Fuzz seed 6800 #1358, reduced. The column read by `lax.dynamic_index_in_dim`
+  (a jitted jax helper) is used in a loop of one trip that sets a row: XLA inlines
+  the loop and fuses the slice after the set, so jax.jit copies b0. The clone
+  round splices the helper's call into the program (`_passes.inline_calls`); its
+  body, traced by jax with no user frame, used to be named after the frame that
+  lowered the spliced program (inplace_jax's own), so the copy's read matched no
+  source line the next round could tie. Spliced operations are now the call's,
+  by file and line."""
+  v = lax.dynamic_index_in_dim(b0, 5, 1, keepdims=False)
+
+  def body(c):
+    i, b0, a = c
+    b0 = b0.at[0].set(1.0)
+    return i + 1, b0, a + jnp.max(v) * b0[1, 2]
+  _, b0, a = lax.while_loop(lambda c: c[0] < 1, body, (jnp.int32(0), b0, jnp.float32(0)))
+  return b0, a
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -562,6 +581,8 @@ CASES = {
         squares_step_then_loop_reads_a_square, _normal((16, 32)), (0,), ()),
     "window_add_scaled_then_added_to_a_square": (
         window_add_scaled_then_added_to_a_square, _normal((16, 16), (16, 16)), (0, 1), ()),
+    "column_by_helper_then_one_trip_loop_sets_a_row": (
+        column_by_helper_then_one_trip_loop_sets_a_row, _normal((32, 33)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,

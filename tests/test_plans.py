@@ -314,6 +314,28 @@ def test_tie_hint_ties_a_private_read():
   assert_plan(f, (_x(),), hints=hints, barriers=1)
 
 
+def test_a_spliced_helper_call_is_named_by_its_call_site():
+  # `lax.dynamic_index_in_dim` is a jitted jax helper whose body jax traces with no
+  # user frame; spliced into the caller (`_passes.inline_calls`), its operations
+  # are named by the line that calls it, as jax.jit's lowering of the call names
+  # them (fuzz seed 6800 #1358).
+  from inplace_jax import _passes
+
+  def f(x):
+    return lax.dynamic_index_in_dim(x, 5, 1, keepdims=False) * 2.0
+  closed = jax.make_jaxpr(f)(_x())
+  call = next(e for e in closed.jaxpr.eqns if e.primitive is C.jit_p)
+  inner = call.params["jaxpr"].jaxpr
+  assert all(C.user_frame(e) is None for e in inner.eqns)   # what makes it matter
+  ctx = _passes.PassContext(donated=(True,), in_loop=False, erase_remat_barriers=True,
+                            analyze=None, inline_calls=True)
+  spliced, _ = _passes.inline_calls(closed.jaxpr, closed.consts, ctx)
+  sl = next(e for e in spliced.eqns if e.primitive is C.dynamic_slice_p)
+  frame, site = C.user_frame(sl), C.user_frame(call)
+  assert frame is not None and site is not None
+  assert (frame.file_name, frame.start_line) == (site.file_name, site.start_line)
+
+
 def test_barriers_that_close_a_cycle_are_dropped_one_by_one():
   # A generated program (fuzz seed 2040 #174: a switch reading both buffers, then
   # rows swapped between them) whose barriers cannot all be honoured together.
