@@ -666,7 +666,7 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
       f: tuple[list[Any], set[int]] | None = (
           [w for w in st.g.eqns[r].outvars if not C.is_drop_var(w)], set())
     else:
-      f = _tie_frontier(st, r, u)
+      f = _tie_frontier(st, r, u, v)
     if f is None:
       eqn = st.g.eqns[r]
       if any(w in st.uncut for w in eqn.outvars):
@@ -774,8 +774,8 @@ def _add_pre_barrier(st: _State, u: int, v, read_vars, tied, region, split) -> N
 _REGION_LIMIT = 64
 
 
-def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | None:
-  """Where to tie read `r` before update `u`.
+def _tie_frontier(st: _State, r: int, u: int, v=None) -> tuple[list[Any], set[int]] | None:
+  """Where to tie read `r` of version `v` before update `u`.
 
   Returns (variables to tie, equations to run before the barrier besides `r`), or
   None when that is impossible without changing a value. A float value that feeds
@@ -788,7 +788,7 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
   g = st.g
   ties: list[Any] = []
   region: set[int] = set()
-  stack = [w for w in g.eqns[r].outvars if not C.is_drop_var(w)]
+  stack = _read_outputs(g.eqns[r], v)
   seen = set()
   while stack:
     w = stack.pop()
@@ -821,6 +821,24 @@ def _tie_frontier(st: _State, r: int, u: int) -> tuple[list[Any], set[int]] | No
         ties.extend(step[0])
         stack.extend(step[1])
   return ties, region
+
+
+def _read_outputs(eqn, v) -> list[Any]:
+  """The outputs of read `eqn` computed from version `v` (all of them where none
+  is, or `v` is not given): a loop that reads `v` and carries another buffer
+  (fuzz seed 6800 #8088: a scan over b1 that sums an element of b0) is ordered
+  before `v`'s update by its results from `v`; tying its other buffer too would
+  keep that buffer's old value alive across the later updates of it that the
+  barrier waits for, and XLA would copy it."""
+  outs = [w for w in eqn.outvars if not C.is_drop_var(w)]
+  if v is None or len(outs) < 2:
+    return outs
+  pos = [i for i, x in enumerate(eqn.invars) if x is v]
+  if not pos:
+    return outs
+  free = _rules.outputs_free_of(eqn, pos)
+  kept = [w for k, w in enumerate(eqn.outvars) if not C.is_drop_var(w) and k not in free]
+  return kept or outs
 
 
 def _fused_onward(st: _State, w) -> bool:

@@ -473,6 +473,33 @@ def column_by_helper_then_one_trip_loop_sets_a_row(b0):
   return b0, a
 
 
+def scan_over_b1_reading_b0_then_both_updated(b0, b1):
+  """Fuzz seed 6800 #8088 (as generated). The first scan carries b1 and sums an
+  element of b0, so it is a read of b0, and the last scan's update of b0 must
+  follow it. Tied whole, the barrier held the scan's b1 result too, which the
+  scatter-add and the read between them update and read: XLA copied b1 twice
+  (jax.jit copies b0 twice instead). Only a read's results computed from the
+  version updated are tied now (`_analysis._read_outputs`)."""
+  b1 = b1.at[:, jnp.array([26], dtype=jnp.int32)].set(3)
+
+  def body1(c1, i1):
+    (b1,) = c1
+    b1 = b1.at[jnp.argmin(b1[:, 31]) % 24, 11:33].set(3)
+    return (b1,), jnp.sum(b0[0, 0]).astype(jnp.float32)
+  (b1,), v1 = lax.scan(body1, (b1,), jnp.arange(2, dtype=jnp.int32), reverse=True)
+  b1 = b1.at[jnp.argmin(b0[:, 3]) % 24].add(1)
+  v2 = lax.dynamic_slice(b0, (jnp.argmin(b0[:, 11]) % 6, jnp.argmin(b1[:, 21]) % 13),
+                         (19, 4))
+
+  def body3(c3, i3):
+    (b0, b1) = c3
+    b0 = b0.at[:, jnp.array([1, 10, 0, 12, 0], dtype=jnp.int32)].add(
+        jnp.resize(v1, (24, 5)).astype(jnp.int32))
+    return (b0, b1), jnp.float32(0)
+  (b0, b1), v3 = lax.scan(body3, (b0, b1), jnp.arange(2, dtype=jnp.int32))
+  return b0, v2, b1, v3
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -583,6 +610,9 @@ CASES = {
         window_add_scaled_then_added_to_a_square, _normal((16, 16), (16, 16)), (0, 1), ()),
     "column_by_helper_then_one_trip_loop_sets_a_row": (
         column_by_helper_then_one_trip_loop_sets_a_row, _normal((32, 33)), (0,), ()),
+    "scan_over_b1_reading_b0_then_both_updated": (
+        scan_over_b1_reading_b0_then_both_updated,
+        lambda: (_ints((24, 16))()[0], _ints((24, 33), 1)()[0]), (0, 1), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
