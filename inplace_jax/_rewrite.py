@@ -83,9 +83,16 @@ class _Emitter:
     # update as it does a slice (a one-trip scan's `max(b[0, 0])` fused into the
     # scatter it feeds, fuzz seed 4700 #9197). Only results computed from an
     # operand: a constant one stays visible to the simplifier.
+    # But a result computed from an operand that an update later takes in place (a
+    # lowered switch's buffer, which reads another buffer tied before that one's
+    # update): kept as it is, the barrier would hold its old value while the update
+    # writes it, and XLA copies it (fuzz seed 6800 #2701). Used through the
+    # barrier, the update writes what the barrier passes on.
+    updated = {e.invars[u.operand] for e, info in zip(plan.jaxpr.eqns, plan.infos,
+                                                      strict=True) for u in info.uses}
     self.control = {v for e, info in zip(plan.jaxpr.eqns, plan.infos, strict=True)
                     if _traits.has(e.primitive, _traits.Trait.CONTROL_FLOW)
-                    for v in _kept_control(e, info)}
+                    for v in _kept_control(e, info, updated)}
     # Likewise a call's result computed from none of its operands (a nested jit
     # returning `0.0`): XLA inlines the call and folds `b + 0.0` to `b` under
     # jax.jit, keeping -0.0, where through the barrier it would add (fuzz seed 6300
@@ -146,14 +153,15 @@ def _constant_call_results(jaxpr, wanted: set) -> list:
   return out
 
 
-def _kept_control(eqn, info) -> list:
+def _kept_control(eqn, info, updated=frozenset()) -> list:
   """The results of control-flow `eqn` that a barrier ties without their later uses
   reading its outputs: all of them, but for a loop XLA inlines, those computed
-  without any operand."""
-  if not info.forwards_reads:
-    return list(eqn.outvars)
+  without any operand; and but those computed from an operand that an update takes
+  in place later (`updated`)."""
   free = outputs_free_of(
       eqn, [i for i, v in enumerate(eqn.invars) if not C.is_literal(v)])
+  if not info.forwards_reads:
+    return [v for o, v in enumerate(eqn.outvars) if o in free or v not in updated]
   return [v for o, v in enumerate(eqn.outvars) if o in free]
 
 

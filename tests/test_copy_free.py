@@ -500,6 +500,48 @@ def scan_over_b1_reading_b0_then_both_updated(b0, b1):
   return b0, v2, b1, v3
 
 
+def switch_writes_b1_from_b0_then_both_updated(b0, b1):
+  """Fuzz seed 6800 #2701 (as generated). The switch's first branch writes values
+  of b0 into b1, so the switch is a read of b0, tied before b0's rows are
+  swapped; lowered to loops, its b1 result is also what `b1 + v9 * -0.5` updates
+  in place. Results of loops that a barrier ties are used as they are afterwards;
+  this one, held by the barrier while the update wrote it, was copied. A result
+  computed from an operand that an update takes in place is now used through the
+  barrier (`_rewrite._kept_control`)."""
+  v1 = jnp.argmax(b0[1])
+
+  def br2_0(b1):
+    a2 = jnp.float32(0)
+    v3 = b0[-3, -29]
+    b1 = lax.dynamic_update_slice(b1, jnp.full((28, 3), v3),
+                                  (jnp.argmin(b1[:, 15]) % 5, jnp.int32(11)))
+    v5 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32)
+                                 .reshape(32, 8) % 5 - 2) * 0.125)(b0)
+    b1 = b1.at[10:26, 5:13].set(v5[0:16, 0:8])
+    a2 = a2 + jnp.sum(v5).astype(jnp.float32)
+    return (b1, a2)
+
+  def br2_1(b1):
+    a2 = jnp.float32(0)
+    v6 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32)
+                                 .reshape(16, 16) % 3 - 1) * 0.125)(b1)
+    b1 = b1 + v6 * -0.01
+    b1 = b1.at[10:11].set(3.0)
+    a2 = a2 + jnp.sum(b0[-14, 23]).astype(jnp.float32)
+    return (b1, a2)
+
+  def br2_2(b1):
+    return (b1, jnp.float32(0))
+  (b1, v2) = lax.switch(jnp.argmin(b1[:, 7]) % 3, [br2_0, br2_1, br2_2], b1)
+  v9 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32)
+                               .reshape(16, 16) % 7 - 3) * 0.125)(b1)
+  b1 = b1 + v9 * -0.5
+  v11 = b0[1]
+  b0 = b0.at[1].set(b0[v1 % 16])
+  b0 = b0.at[v1 % 16].set(v11)
+  return (b1, b0, v2)
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -613,6 +655,8 @@ CASES = {
     "scan_over_b1_reading_b0_then_both_updated": (
         scan_over_b1_reading_b0_then_both_updated,
         lambda: (_ints((24, 16))()[0], _ints((24, 33), 1)()[0]), (0, 1), ()),
+    "switch_writes_b1_from_b0_then_both_updated": (
+        switch_writes_b1_from_b0_then_both_updated, _normal((16, 32), (32, 16)), (0, 1), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
