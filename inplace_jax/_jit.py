@@ -436,14 +436,14 @@ class InplaceJitted:
     plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
     best, best_plan = plain, None
 
-    def run(hints: _plan.Hints, limit: int) -> _plan.Hints:
+    def run(hints: _plan.Hints, limit: int, bufs=buffers) -> _plan.Hints:
       nonlocal best, best_plan
       last = plain
       while len(candidates) <= limit:
-        if first and hints == _plan.Hints() and buffers in first:
-          new, plan = first.pop(buffers)       # sequenced by `_decide` already
+        if first and hints == _plan.Hints() and bufs in first:
+          new, plan = first.pop(bufs)          # sequenced by `_decide` already
         else:
-          new, plan = self._sequenced(p, buffers, hints)
+          new, plan = self._sequenced(p, bufs, hints)
         plans.append(plan)
         # Printed only where it may be compiled (printing a large program costs
         # more than sequencing it). A program XLA would miscompile with its
@@ -522,6 +522,18 @@ class InplaceJitted:
       if sites and best.report.verified and any(
           _at_conditional(c, sites) for c in best.report.buffer_copies(threshold)):
         run(lowered, len(candidates))
+    # Copies of donated buffers that jax.jit's program does not copy, made by the
+    # candidates' own restructuring (a conditional lowered to loops, whose index,
+    # read from such a buffer, a pick after the loops reads again once the buffer
+    # is updated: fuzz seed 6800 #5953): one round that sequences those buffers
+    # too, with what the refinement rounds learnt.
+    if copies_remain():
+      wider = tuple(functools.reduce(
+          lambda a, b: tuple(x or y for x, y in zip(a, b, strict=True)),
+          (_copied_buffers(p, c.report, threshold) for c in candidates
+           if c.report.verified), buffers))
+      if wider != buffers:
+        run(learnt, len(candidates), wider)
     # Copies whose reads the analysis left untied, predicting that a tie changes
     # arithmetic: one round with those predictions set aside (`Hints.bold`), the
     # compiled fingerprint and kernels judging instead.

@@ -542,6 +542,36 @@ def switch_writes_b1_from_b0_then_both_updated(b0, b1):
   return (b1, b0, v2)
 
 
+def cond_on_b2_then_window_added_into_b2(b0, b1, b2):
+  """Fuzz seed 6800 #5953 (as generated). jax.jit copies b0 only (the branch's
+  scatter-add beside a pass-through branch, jax#16661), so only b0 is sequenced at
+  first. Lowered to loops, the conditional's index `b2[2, 15] > 0` is read again
+  by the pick of its scalar output after the loops (`_passes.pick_given_outputs`),
+  once the window add has written b2 in place: the candidates copy b2, which
+  jax.jit does not. A last round sequences every donated buffer a candidate
+  copied, b2 too, and is copy-free."""
+  def br1_0(b0, b1, b2):
+    return (b0, b1, b2, jnp.float32(0))
+
+  def br1_1(b0, b1, b2):
+    a1 = jnp.float32(0)
+    v2 = jnp.full((16, 32), 0.0, jnp.float32)
+    b1 = b1 + v2 * -0.1
+    v3 = jax.vmap(lambda r: r @ (jnp.arange(128, dtype=jnp.float32)
+                                 .reshape(32, 4) % 3 - 1) * 0.125)(b1)
+    a1 = a1 + jnp.sum(v3).astype(jnp.float32)
+    b0 = b0.at[-8, 3].add(-jnp.max(v2))
+    v4 = lax.dynamic_index_in_dim(b2, jnp.argmax(b2[5]) % 16, 1, keepdims=False)
+    a1 = a1 + jnp.sum(v4).astype(jnp.float32)
+    return (b0, b1, b2, a1)
+  (b0, b1, b2, v1) = lax.cond(b2[2, 15] > 0, br1_0, br1_1, b0, b1, b2)
+  v5 = b0[(jnp.arange(5, dtype=jnp.int32) * 2 + jnp.argmax(b1[6]) % 24) % 24]
+  v6 = jnp.einsum('ij,jk->ik', b0, (jnp.arange(64, dtype=jnp.float32)
+                                    .reshape(16, 4) % 5 - 2) * 0.125)
+  b2 = b2.at[0:24, 6:10].add(v6[0:24, 0:4])
+  return (b0, b1, v1, v5, b2)
+
+
 def swap_then_branch_step_with_its_row_kept(b1, b0):
   """Fuzz seed 6300 #50. The branch's `b1 - 0.25 * b1[13]` keeps `b1[13]` for
   later, so the sequenced program ties the row into its own buffer; the branch's
@@ -657,6 +687,9 @@ CASES = {
         lambda: (_ints((24, 16))()[0], _ints((24, 33), 1)()[0]), (0, 1), ()),
     "switch_writes_b1_from_b0_then_both_updated": (
         switch_writes_b1_from_b0_then_both_updated, _normal((16, 32), (32, 16)), (0, 1), ()),
+    "cond_on_b2_then_window_added_into_b2": (
+        cond_on_b2_then_window_added_into_b2, _normal((24, 16), (16, 32), (24, 16)),
+        (0, 1, 2), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
