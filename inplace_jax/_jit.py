@@ -528,10 +528,9 @@ class InplaceJitted:
     # is updated: fuzz seed 6800 #5953): one round that sequences those buffers
     # too, with what the refinement rounds learnt.
     if copies_remain():
-      wider = tuple(functools.reduce(
-          lambda a, b: tuple(x or y for x, y in zip(a, b, strict=True)),
-          (_copied_buffers(p, c.report, threshold) for c in candidates
-           if c.report.verified), buffers))
+      copied = [_copied_buffers(p, c.report, threshold) for c in candidates
+                if c.report.verified]
+      wider = tuple(any(flags) for flags in zip(buffers, *copied, strict=True))
       if wider != buffers:
         run(learnt, len(candidates), wider)
     # Copies whose reads the analysis left untied, predicting that a tie changes
@@ -905,15 +904,13 @@ def _about(k: _plan.Conflict, c, buffer_type: str | None) -> bool:
   or the argument's). One source line can read and update several buffers (an
   optimizer's `p + u` over a tree): a conflict about a float32[512,64] buffer
   says nothing about a float32[64,512] one."""
-  at = any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
-  if k.argument is not None:
-    # A conflict with source lines explains the copy at those lines, not every
-    # copy of its argument (an untied dot read at line 2 said nothing about the
-    # copy a slice at line 8 and a scatter at line 12 force: fuzz seed 3400 #46).
-    return k.argument == c.buffer and (at or not (k.read or k.update))
-  if k.buffer_type is not None and k.buffer_type not in (c.type_str, buffer_type):
+  if not _of_buffer(k, c, buffer_type):
     return False
-  return at
+  at = any(_at(k.read, a) for a in c.readers) or _at(k.update, c.writer)
+  # A conflict with source lines explains the copy at those lines, not every copy
+  # of its argument (an untied dot read at line 2 said nothing about the copy a
+  # slice at line 8 and a scatter at line 12 force: fuzz seed 3400 #46).
+  return at or (k.argument is not None and not (k.read or k.update))
 
 
 def _explained(report: CopyReport, conflicts, candidates, threshold: int) -> CopyReport:

@@ -153,11 +153,13 @@ def _constant_call_results(jaxpr, wanted: set) -> list:
   return out
 
 
-def _kept_control(eqn, info, updated=frozenset()) -> list:
+def _kept_control(eqn, info, updated: set | frozenset = frozenset()) -> list:
   """The results of control-flow `eqn` that a barrier ties without their later uses
   reading its outputs: all of them, but for a loop XLA inlines, those computed
   without any operand; and but those computed from an operand that an update takes
   in place later (`updated`)."""
+  if not info.forwards_reads and not updated.intersection(eqn.outvars):
+    return list(eqn.outvars)
   free = outputs_free_of(
       eqn, [i for i, v in enumerate(eqn.invars) if not C.is_literal(v)])
   if not info.forwards_reads:
