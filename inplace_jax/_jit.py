@@ -1024,13 +1024,19 @@ def _unnamed_writers(report: CopyReport, min_bytes: int) -> frozenset:
   """(file, line) of the updates behind the buffer copies that name no read but
   the update itself (XLA fused a copy of the update into a reader of its result,
   which then reads the update's operand: fuzz seed 5500 #9594)."""
-  # A loop that carries a copy, with no read named, is no update to materialise
-  # (Diffrax's solve: its loop carries y0's copy; tying into it only costs a compile).
+  # A loop whose body copies a carry, with no read named, is no update to
+  # materialise (Diffrax's solve: its loop carries y0's copy; tying into it only
+  # costs a compile). A loop whose result is copied outside any loop body is (fuzz
+  # seed 7000 #461: a one-trip loop, which XLA inlines, updates the buffer before
+  # the loop inside it, while a row of the buffer that the inner loop takes as an
+  # operand is read only then): tying the reads of the loop that holds it, as
+  # `_analysis._tied_into` does, orders them before the update.
   return frozenset((c.writer.location.file, c.writer.location.line)
                    for c in report.buffer_copies(min_bytes)
                    if c.writer is not None and c.writer.location is not None
                    and all(r == c.writer for r in c.readers)
-                   and not (c.writer.op == "while" and not c.readers))
+                   and not (c.writer.op == "while" and not c.readers
+                            and c.role == "while_body"))
 
 
 def _check_duplicates(spec, name: str) -> None:

@@ -604,6 +604,30 @@ def swap_then_branch_step_with_its_row_kept(b1, b0):
   return b1, v9, b0
 
 
+def gathered_rows_added_then_one_trip_loop_reads_a_row(b0):
+  """Fuzz seed 7000 #461. jax.jit copies b0 for the gather of rows 10 and 18,
+  read before the row add. Tied there, XLA still copies: it inlines the one-trip
+  outer loop, whose step `b0 + (b0 @ m) * c` overwrites the buffer while the
+  inner loop's operand, row 7 negated, is read from it only then. The copy names
+  the inner loop and no read, which was taken for a loop that carries a copy and
+  not materialised; copied outside any loop body, it is now, and the outer
+  loop's reads are tied before it."""
+  v1 = b0[jnp.array([10, 18, 18], dtype=jnp.int32)]
+  b0 = b0.at[11].add(-2.0)
+  b0 = b0.at[jnp.array([13, 6, 7, 21, 6]), jnp.array([6, 9, 12, 15, 2])].add(
+      jnp.maximum(jnp.resize(v1, (5,)), 0))
+  v3 = b0[jnp.array([7, 7], dtype=jnp.int32)]
+
+  def outer(i, b0):
+    m = jnp.arange(256, dtype=jnp.float32).reshape(16, 16) % 7 - 3
+    b0 = b0 + (b0 @ m) * -0.0125
+
+    def inner(j, b0):
+      return b0.at[5].add(-jnp.resize(v3, (16,)))
+    return lax.fori_loop(0, 2, inner, b0)
+  return lax.fori_loop(0, 1, outer, b0)
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -690,6 +714,8 @@ CASES = {
     "cond_on_b2_then_window_added_into_b2": (
         cond_on_b2_then_window_added_into_b2, _normal((24, 16), (16, 32), (24, 16)),
         (0, 1, 2), ()),
+    "gathered_rows_added_then_one_trip_loop_reads_a_row": (
+        gathered_rows_added_then_one_trip_loop_reads_a_row, _normal((24, 16)), (0,), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
