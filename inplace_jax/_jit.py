@@ -553,9 +553,14 @@ class InplaceJitted:
                             and _rewrite.holds(new.jaxpr, C.optimization_barrier_p))
 
   def _sequenced(self, p, buffers, hints):
+    # Calls XLA inlines are spliced in the clone rounds and the bold round: the
+    # reads a clone round's analysis left untied may sit inside a call (a
+    # `custom_vjp` body that updates one buffer and reads it into another, fuzz
+    # seed 7000 #412), which the bold round must see to tie.
     return _sequence_jaxpr(C.params_jaxpr(p), C.params_donated(p), buffers=buffers,
                            erase_remat_barriers=self._erase_remat, hints=hints,
-                           inline_calls=True if hints.clone > 0 else "moves")
+                           inline_calls=True if hints.clone > 0 or hints.bold
+                           else "moves")
 
   def _made(self, chosen: Candidate, plan, candidates, reason: str,
             threshold: int | None = None, notes=None) -> Signature:

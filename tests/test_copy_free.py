@@ -628,6 +628,28 @@ def gathered_rows_added_then_one_trip_loop_reads_a_row(b0):
   return lax.fori_loop(0, 1, outer, b0)
 
 
+def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
+  """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
+  b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
+  The clone rounds splice the call and find the matmul read, but leave it untied
+  (a barrier after a dot was predicted to change arithmetic); the bold round,
+  which sets that prediction aside, kept the call whole and saw no read to tie.
+  It now splices calls as the clone rounds do."""
+  def fn(b1, b2):
+    b2 = lax.dynamic_update_slice(b2, jnp.full((17, 8), -2.0, jnp.float32),
+                                  (jnp.argmin(b1[:, 29]) % 8, jnp.argmax(b1[3]) % 25))
+    v = b2 @ (jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 3 - 1) * 0.125
+    return b1.at[0:16, 6:14].set(v[0:16, 0:8]), b2, jnp.float32(0)
+  fnc = jax.custom_vjp(fn)
+  fnc.defvjp(lambda *a: (fn(*a), None), lambda _, g: g[:2])
+  b1, b2, v1 = fnc(b1, b2)
+  b1 = b1.at[8:11].max(jnp.maximum(v1, 0))
+  v4 = jax.vmap(lambda r: r @ (jnp.arange(1024, dtype=jnp.float32)
+                               .reshape(32, 32) % 3 - 1) * 0.125)(b2)
+  b2 = b2 * 0.5 + v4
+  return b0 - 0.5 * b2, b2, v4, b1
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -716,6 +738,9 @@ CASES = {
         (0, 1, 2), ()),
     "gathered_rows_added_then_one_trip_loop_reads_a_row": (
         gathered_rows_added_then_one_trip_loop_reads_a_row, _normal((24, 16)), (0,), ()),
+    "window_set_and_matmul_in_custom_vjp_then_step": (
+        window_set_and_matmul_in_custom_vjp_then_step,
+        _normal((24, 32), (16, 32), (24, 32)), (0, 1, 2), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
