@@ -1090,6 +1090,11 @@ class _Semantics:
       uses = f"*{self.uses[name]}" if _opcode(self.rhs[name]) == "fmul" else ""
       return f"{mark}({out}{uses})", r
     out, r = self.form(name, resolve, mat)
+    if mat and not stored and out not in _LEAVES:
+      # A value whose operands some kernel stores, itself stored in terms of
+      # those loads (`max(x, v)` for a stored `v`, stored by the candidate's
+      # scatter-max and recomputed by jax.jit's subtract): the same value.
+      stored = self.form(name, True, True)[0] in self.materialised
     if stored and out not in _LEAVES:
       if _opcode(self.rhs[name]) in _CONTRACTIBLE and \
           consumer in ("fadd", "fsub", "fneg", "fpext") and \

@@ -971,3 +971,46 @@ def test_semantics_read_a_stored_picks_choices_as_stored():
   other = _picking("k1", "fmul float %y, 5.000000e-01", "  store float %v, ptr %p, align 4")
   assert not _llvm.same_semantics(_llvm.read([other, recomputes]),
                                   _llvm.read([other, loads]))
+
+
+def test_semantics_read_a_stored_value_of_stored_operands_as_a_load():
+  """A value computed from values some kernel stores, and itself stored in terms
+  of their loads, reads as a load where another kernel recomputes it (fuzz seed
+  7000 #5372: `b1.at[4:7].max(v)` for `v = b1 * 0.5 + 1`, then `b1 - 0.5 * c`.
+  The candidate stores `v`, then the maximum of a row and loaded `v`; jax.jit's
+  subtract recomputes both. The maximum's form with `v` read as a load is the
+  stored one). Where the stored value is another (a minimum), it is not."""
+  stores_v = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %v = fadd float %m, 1.000000e+00
+  store float %v, ptr %q, align 4""")
+
+  def stores_pick(call: str) -> str:
+    return _kernel("k2", f"""\
+  %r = load float, ptr %p, align 4
+  %v = load float, ptr %q, align 4
+  %u = tail call float @llvm.{call}.f32(float %r, float %v)
+  store float %u, ptr %p, align 4""")
+  subtract_loaded = _kernel("k3", """\
+  %u = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  %n = fmul float %y, 5.000000e-01
+  %z = fsub float %u, %n
+  store float %z, ptr %q, align 4""")
+  subtract_recomputed = _kernel("k3", """\
+  %r = load float, ptr %p, align 4
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 5.000000e-01
+  %v = fadd float %m, 1.000000e+00
+  %u = tail call float @llvm.maximum.f32(float %r, float %v)
+  %y = load float, ptr %q, align 4
+  %n = fmul float %y, 5.000000e-01
+  %z = fsub float %u, %n
+  store float %z, ptr %q, align 4""")
+  candidate = _llvm.read([stores_v, stores_pick("maximum"), subtract_loaded])
+  plain = _llvm.read([stores_v, subtract_recomputed])
+  assert _llvm.same_semantics(candidate, plain)
+  assert _llvm.same_semantics(plain, candidate)
+  other = _llvm.read([stores_v, stores_pick("minimum"), subtract_loaded])
+  assert not _llvm.same_semantics(other, plain)
