@@ -16,6 +16,9 @@ form the analysis and XLA handle best:
    (`lax.switch(jnp.int32(2), ...)`) is the branch it takes, as XLA folds the
    index and inlines that branch; the analysis then sees that branch's reads and
    updates where they run.
+   `forward_passed_carries`: a `while` loop's result its body passes through
+   unchanged is the loop's operand, as XLA's while-loop simplifier makes it: an
+   update after the loop updates that operand, which the loop reads.
 2. `dead_code`: as `jax.jit` does before lowering; a dead read would otherwise be
    ordered by a barrier that keeps it (and its neighbours) from XLA's simplifier.
 3. `predicate_batched_loops`: a `while` whose predicate is batched (`vmap` of a
@@ -292,8 +295,50 @@ def clone_shared(jaxpr, consts, ctx: PassContext):
   return _cloned(jaxpr, ctx.clone, {}), consts
 
 
-PASSES = (inline_calls, discharge_refs, fold_known_conditionals, dead_code,
-          predicate_batched_loops, pick_given_outputs, merge_cond_operands,
+def forward_passed_carries(jaxpr, consts, ctx: PassContext):
+  """Each use of a `while` loop's result that its body passes through unchanged
+  reads the loop's operand instead (at every depth), as XLA's while-loop
+  simplifier rewrites it. The loop then no longer stands between that value
+  and its later update: with the loop's condition reading the buffer, jax.jit's
+  program copies it for the update after the loop (fuzz seed 7000 #6811), and
+  the analysis, seeing the update take the loop's result, saw the loop's read
+  ordered by data. `scan` needs nothing: JAX forwards such carries itself."""
+  return _forwarded(jaxpr, {}), consts
+
+
+def _forwarded(jaxpr, memo: dict):
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  eqns: list = []
+  alias: dict = {}        # a passed-through result -> the operand it equals
+  changed = False
+  for e in jaxpr.eqns:
+    new_params = _params_with(e.params, lambda j: _forwarded(j, memo))
+    if new_params is not None:
+      e, changed = e.replace(params=new_params), True
+    if alias and any(not C.is_literal(v) and v in alias for v in e.invars):
+      e, changed = e.replace(invars=[_aliased(v, alias) for v in e.invars]), True
+    if e.primitive is C.while_p:
+      p = e.params
+      body = p["body_jaxpr"].jaxpr
+      nb, nc = p["body_nconsts"], p["cond_nconsts"]
+      for o, x, out, init in zip(body.outvars, body.invars[nb:], e.outvars,
+                                 e.invars[nc + nb:], strict=True):
+        if o is x and not C.is_drop_var(out):
+          alias[out] = init
+    eqns.append(e)
+  out = jaxpr
+  if changed or alias:
+    out = C.Jaxpr(jaxpr.constvars, jaxpr.invars,
+                  [_aliased(v, alias) for v in jaxpr.outvars], eqns, jaxpr.effects,
+                  jaxpr.debug_info)
+  memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+PASSES = (inline_calls, discharge_refs, fold_known_conditionals, forward_passed_carries,
+          dead_code, predicate_batched_loops, pick_given_outputs, merge_cond_operands,
           carry_scanned_buffers, distinct_fills, erase_remat_barriers, clone_shared)
 
 

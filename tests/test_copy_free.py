@@ -650,6 +650,29 @@ def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   return b0 - 0.5 * b2, b2, v4, b1
 
 
+def loop_passes_buffer_through_then_row_set(b0, b1, b2):
+  """Fuzz seed 7000 #6811. The loop's condition reads b0, which its body passes
+  through unchanged; XLA's simplifier then takes the row set after the loop to
+  update the loop's operand, which the loop still reads, and copies b0. The
+  analysis saw the set take the loop's result, ordered after the loop by data;
+  the result is now read as the operand it equals
+  (`_passes.forward_passed_carries`), and the loop's read is tied before the
+  set."""
+  b0 = b0 - 0.01 * jnp.sin(b0)
+
+  def cond(c):
+    return c[0] < 1 + (c[1][6, 5] > 0).astype(jnp.int32)
+
+  def body(c):
+    i, b0, b2, a = c
+    return i + 1, b0, -b2, a
+  _, b0, b2, a = lax.while_loop(cond, body, (jnp.int32(0), b0, b2, jnp.float32(0)))
+  b0 = lax.dynamic_update_index_in_dim(b0, jnp.maximum(jnp.full((16,), a), 0),
+                                       jnp.argmin(b1[:, 11]) % 32, 0)
+  b2 = lax.dynamic_update_slice(b2, jnp.zeros((11, 16)), (39, 8))
+  return a, b2, b0, b1
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -741,6 +764,9 @@ CASES = {
     "window_set_and_matmul_in_custom_vjp_then_step": (
         window_set_and_matmul_in_custom_vjp_then_step,
         _normal((24, 32), (16, 32), (24, 32)), (0, 1, 2), ()),
+    "loop_passes_buffer_through_then_row_set": (
+        loop_passes_buffer_through_then_row_set,
+        _normal((32, 16), (8, 12), (64, 24)), (0, 1, 2), ()),
     "swap_then_branch_step_with_its_row_kept": (
         swap_then_branch_step_with_its_row_kept, _normal((24, 24), (12, 12)), (0, 1), ()),
     "sparse_momentum": (sparse_momentum,
