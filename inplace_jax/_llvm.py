@@ -1021,10 +1021,15 @@ def _choices(text: str) -> list[str] | None:
   return None
 
 
+_FLOAT_ZEROS = re.compile(r"<\d+ x (float|double)> zeroinitializer")
+
+
 def _semantic_text(text: str) -> str:
   """An instruction's text as one lane: splats and vector constants as the value
   of their lanes (poison lanes left out), lane-wise calls without their width."""
   text = _SPLAT.sub(lambda m: m.group(2), text)
+  # A zero vector is the zero of each lane, as scalar code writes it.
+  text = _FLOAT_ZEROS.sub(lambda m: f"{m.group(1)} 0.000000e+00", text)
 
   def constant(m: re.Match) -> str:
     lanes = [x.strip() for x in m.group(0)[1:-1].split(",")]
@@ -1201,6 +1206,14 @@ class _Semantics:
     if name is not None:
       # A product moved across lanes (a scalar's splat) is negated alike.
       name = self.source(name)
+    if name is not None and name in self.rhs and _opcode(self.rhs[name]) == "phi" and \
+        self.form(name, resolve, mat)[0] != "phi":
+      # A phi of one product computed alike on every path (`merged`) is negated
+      # as that product (fuzz seed 7000 #2240: `x * 0.99 - 0.01 * v` with the
+      # product sunk into the block a split row loop's paths meet).
+      incoming = [v for v in _PHI_INCOMING.findall(_semantic_text(self.rhs[name]))
+                  if _VALUE.fullmatch(v)]
+      name = self.source(incoming[0])
     if name is None or name not in self.rhs or _opcode(self.rhs[name]) != "fmul" or \
         not _flags(self.rhs[name]) <= _PLAIN_FLAGS:
       return None

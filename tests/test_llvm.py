@@ -1014,3 +1014,56 @@ def test_semantics_read_a_stored_value_of_stored_operands_as_a_load():
   assert _llvm.same_semantics(plain, candidate)
   other = _llvm.read([stores_v, stores_pick("minimum"), subtract_loaded])
   assert not _llvm.same_semantics(other, plain)
+
+
+def test_semantics_read_a_zero_vector_as_each_lanes_zero():
+  """`<8 x float> zeroinitializer` is +0.0 in every lane, as scalar code writes
+  `float 0.000000e+00` (fuzz seed 7000 #8052: `b1 + maximum(v, 0)`, vectorized
+  in the candidate's kernel and scalar in jax.jit's, read as two expressions).
+  Another constant is another value."""
+  def kernel(vector: bool, zero: str) -> str:
+    t = "<8 x float>" if vector else "float"
+    return _kernel("k1", f"""\
+  %x = load {t}, ptr %p, align 4
+  %y = load {t}, ptr %q, align 4
+  %m = tail call {t} @llvm.maximum.{'v8f32' if vector else 'f32'}({t} %x, {t} {zero})
+  %z = fadd {t} %y, %m
+  store {t} %z, ptr %p, align 4""")
+  vector = _llvm.read([kernel(True, "zeroinitializer")])
+  scalar = _llvm.read([kernel(False, "0.000000e+00")])
+  assert _llvm.same_semantics(vector, scalar)
+  assert _llvm.same_semantics(scalar, vector)
+  assert not _llvm.same_semantics(vector, _llvm.read([kernel(False, "1.000000e+00")]))
+
+
+def test_semantics_negate_a_phi_of_one_product_as_that_product():
+  """`x * 0.99 - m` for `m = y * 0.5` computed on each path into the block they
+  meet (a phi LLVM sinks, `merged`) is keyed as `x * 0.99 + (-y) * 0.5`, as where
+  `m` is computed beside the subtract (fuzz seed 7000 #2240): negation is exact,
+  so the two round alike. Products that differ by path stay a phi."""
+  def sunk(other: str) -> str:
+    return _kernel("k1", f"""\
+  %c = load i1, ptr %q, align 1
+  %x = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  br i1 %c, label %a, label %b
+a:
+  %m1 = fmul float %y, 5.000000e-01
+  br label %meet
+b:
+  %m2 = fmul float %y, {other}
+  br label %meet
+meet:
+  %m = phi float [ %m1, %a ], [ %m2, %b ]
+  %n = fmul float %x, 9.900000e-01
+  %z = fsub float %n, %m
+  store float %z, ptr %p, align 4""")
+  beside = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %y = load float, ptr %q, align 4
+  %m = fmul float %y, 5.000000e-01
+  %n = fmul float %x, 9.900000e-01
+  %z = fsub float %n, %m
+  store float %z, ptr %p, align 4""")
+  assert _llvm.same_semantics(_llvm.read([sunk("5.000000e-01")]), _llvm.read([beside]))
+  assert not _llvm.same_semantics(_llvm.read([sunk("2.500000e-01")]), _llvm.read([beside]))
