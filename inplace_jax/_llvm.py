@@ -1376,13 +1376,18 @@ class _Semantics:
 
   def groups(self) -> list[tuple[str, str]]:
     """(unresolved form, resolved form) of every value that rounds at its root."""
+    return [(self.form(name, False, True)[0], self.form(name, True, True)[0])
+            for name in self.rounding()]
+
+  def rounding(self) -> list[str]:
+    """The values that round at their root, in text order."""
     out = []
     for name, text in self.rhs.items():
       op = _opcode(text)
       if op in _ROUNDS or (op == "call" and _FLOAT_TYPE.search(text)
                            and not _LLVM_EXACT.search(text)
                            and not _EXACT_REDUCE.search(text)):
-        out.append((self.form(name, False, True)[0], self.form(name, True, True)[0]))
+        out.append(name)
     return out
 
 
@@ -1499,6 +1504,49 @@ def _extent(blocks: dict[str, list[str]]) -> tuple:
                                if (m := _ICMP_CONSTANT.match(t))})))
 
 
+_INDUCTION_STEP = re.compile(r"^add(?: nuw| nsw)* i\d+ (%[\w.\-]+), (\d+)$")
+_INDUCTION_PHI = re.compile(r"^phi i\d+ \[ 0, %[\w.\-]+ \], \[ (%[\w.\-]+), %[\w.\-]+ \]$")
+_BOUND = re.compile(r"^icmp (?:eq|ne|ult|slt) i\d+ (%[\w.\-]+), (\d+)$")
+
+
+def _elements(blocks: dict[str, list[str]], names: Sequence[str]) -> int | None:
+  """How many elements the values `names` (instances of one expression in one
+  kernel) compute: each one's lanes, times the trips of the loop whose block
+  holds it. Known where the kernel has no loop, or one loop of one block
+  counted from 0 by a constant step to a constant bound that the step divides;
+  else None (`_form_table` keys such a kernel by its extent)."""
+  rhs, where, _, _ = _definitions(blocks)
+  loop_blocks = {where[n] for n, t in rhs.items() if _opcode(t) == "phi"}
+  trips: dict[str, int] = {}
+  for block in loop_blocks:
+    found = None
+    for n, t in rhs.items():
+      m = _INDUCTION_PHI.match(t)
+      if where[n] != block or m is None:
+        continue
+      step = _INDUCTION_STEP.match(rhs.get(m.group(1), ""))
+      if step is None or step.group(1) != n:
+        continue            # not an induction (an argmin's index, picked)
+      bounds = {int(b.group(2)) for x, u in rhs.items()
+                if where[x] == block and (b := _BOUND.match(u)) and b.group(1) == m.group(1)}
+      if len(bounds) != 1 or found is not None:
+        return None
+      k, bound = int(step.group(2)), bounds.pop()
+      if k <= 0 or bound % k:
+        return None
+      found = bound // k
+    if found is None:
+      return None
+    trips[block] = found
+  if len(trips) > 1:
+    return None
+  total = 0
+  for n in names:
+    w = _WIDTH.match(rhs[n].split(" ", 1)[-1]) or _WIDTH.search(rhs[n])
+    total += (int(w.group(1)) if w else 1) * trips.get(where[n], 1)
+  return total
+
+
 def _form_table(k: Kernels, materialised: frozenset[str]):
   """Each group's forms (`_groups`) in `k`, and per group the kernels computing
   it: a count of (the forms' instances in the kernel's text order, `_extent`).
@@ -1513,12 +1561,19 @@ def _form_table(k: Kernels, materialised: frozenset[str]):
   kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for blocks in k.functions:
     per: dict[str, list[str]] = collections.defaultdict(list)
-    for g, r in _groups(blocks, materialised)[0]:
+    at: dict[str, list[str]] = collections.defaultdict(list)
+    pairs = _groups(blocks, materialised)[0]
+    names = _Semantics(blocks, materialised).rounding() if pairs else []
+    for (g, r), name in zip(pairs, names, strict=True):
       forms[g].add(r)
       per[g].append(r)
+      at[g].append(name)
     extent = _extent(blocks) if per else None
     for g, seq in per.items():
-      if extent and extent[0] and len(set(seq)) == 1:
+      n = _elements(blocks, at[g]) if len(set(seq)) == 1 else None
+      if n is not None:
+        kernels[g][(("*", seq[0]), ("elements", n))] += 1
+      elif extent and extent[0] and len(set(seq)) == 1:
         kernels[g][(("*", seq[0]), extent)] += 1
       else:
         kernels[g][(tuple(seq), extent)] += 1

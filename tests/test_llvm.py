@@ -1067,3 +1067,38 @@ meet:
   store float %z, ptr %p, align 4""")
   assert _llvm.same_semantics(_llvm.read([sunk("5.000000e-01")]), _llvm.read([beside]))
   assert not _llvm.same_semantics(_llvm.read([sunk("2.500000e-01")]), _llvm.read([beside]))
+
+
+def test_semantics_count_the_elements_a_kernel_of_one_form_computes():
+  """A kernel that computes an expression in one form is compared by how many
+  elements it computes: in straight-line code each instance's lanes, in a loop
+  counted from 0 by a constant step to a constant bound, the trips times the
+  instances' lanes (fuzz seed 7000 #9936: a column of a step, contracted in
+  jax.jit's argmin loop over 32 rows unrolled four times, and in the
+  candidate's straight-line kernel of 32 instances). A loop over as many rows
+  as the straight-line code has instances, but with more instances per trip,
+  computes more elements (fuzz seed 5100 #6690's kind): not the same."""
+  def straight(n: int) -> str:
+    rows = "".join(f"""\
+  %p{i} = getelementptr float, ptr %a, i64 {i}
+  %x{i} = load float, ptr %p{i}, align 4
+  %m{i} = fmul float %x{i}, 1.000000e-01
+  %s{i} = fadd float %x{i}, %m{i}
+  store float %s{i}, ptr %p{i}, align 4
+""" for i in range(n))
+    return _ir(f"  %a = load ptr, ptr %0, align 8\n{rows}  ret void")
+  hoisted = _bounded(_HOISTED.replace("@k", "@h"), 16)
+  loop = _llvm.read([_bounded(_IN_LOOP, 48), hoisted])
+  unrolled = _llvm.read([_bounded(_IN_LOOP_TWICE, 48), hoisted])
+  for same in (straight(48),):
+    k = _llvm.read([same, hoisted])
+    assert _llvm.same_semantics(loop, k) and _llvm.same_semantics(unrolled, k)
+    assert not _llvm.kernels_of_ambiguous_forms_differ(loop, k)
+  fewer = _llvm.read([straight(47), hoisted])
+  assert not _llvm.same_semantics(loop, fewer)
+  assert _llvm.kernels_of_ambiguous_forms_differ(loop, fewer)
+  # Two instances per trip, stepping by one: 96 elements, not 48.
+  wider = _llvm.read([_bounded(_IN_LOOP_TWICE.replace("%j = add i64 %i, 2",
+                                                      "%j = add i64 %i, 1"), 48), hoisted])
+  assert not _llvm.same_semantics(wider, _llvm.read([straight(48), hoisted]))
+  assert _llvm.kernels_of_ambiguous_forms_differ(wider, _llvm.read([straight(48), hoisted]))
