@@ -1512,9 +1512,10 @@ _BOUND = re.compile(r"^icmp (?:eq|ne|ult|slt) i\d+ (%[\w.\-]+), (\d+)$")
 def _elements(blocks: dict[str, list[str]], names: Sequence[str]) -> int | None:
   """How many elements the values `names` (instances of one expression in one
   kernel) compute: each one's lanes, times the trips of the loop whose block
-  holds it. Known where the kernel has no loop, or one loop of one block
-  counted from 0 by a constant step to a constant bound that the step divides;
-  else None (`_form_table` keys such a kernel by its extent)."""
+  holds it. Known where the kernel has no loop, or one loop of one block,
+  counted from 0 by a constant step to a constant bound that the step divides,
+  that holds them all but those in the entry block; else None (`_form_table`
+  keys such a kernel by its extent)."""
   rhs, where, _, _ = _definitions(blocks)
   loop_blocks = {where[n] for n, t in rhs.items() if _opcode(t) == "phi"}
   trips: dict[str, int] = {}
@@ -1538,7 +1539,12 @@ def _elements(blocks: dict[str, list[str]], names: Sequence[str]) -> int | None:
     if found is None:
       return None
     trips[block] = found
-  if len(trips) > 1:
+  entry = next(iter(blocks), None)
+  if len(trips) > 1 or (trips and any(where[n] not in trips and where[n] != entry
+                                      for n in names)):
+    # Nested loops, or instances in a block other than the loop's one block and
+    # the entry (which runs once): a block the loop branches to runs on some
+    # trips, or all, not once.
     return None
   total = 0
   for n in names:

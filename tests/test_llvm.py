@@ -1102,3 +1102,25 @@ def test_semantics_count_the_elements_a_kernel_of_one_form_computes():
                                                       "%j = add i64 %i, 1"), 48), hoisted])
   assert not _llvm.same_semantics(wider, _llvm.read([straight(48), hoisted]))
   assert _llvm.kernels_of_ambiguous_forms_differ(wider, _llvm.read([straight(48), hoisted]))
+  # An instance in a block the loop branches to runs on some trips: not counted.
+  branchy = _llvm.read([_ir("""\
+  %a = load ptr, ptr %0, align 8
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %1 ], [ %j, %latch ]
+  %j = add i64 %i, 1
+  %e = icmp eq i64 %j, 48
+  %p = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %p, align 4
+  %c = fcmp olt float %x, 0.000000e+00
+  br i1 %c, label %body, label %latch
+body:
+  %m = fmul float %x, 1.000000e-01
+  %s = fadd float %x, %m
+  store float %s, ptr %p, align 4
+  br label %latch
+latch:
+  br i1 %e, label %exit, label %loop
+exit:
+  ret void"""), hoisted])
+  assert not _llvm.same_semantics(branchy, _llvm.read([straight(1), hoisted]))
