@@ -186,25 +186,31 @@ def test_a_conflict_explains_only_copies_of_its_buffer():
   assert not _about(conflict(read="f.py:7:1 (f)", update="f.py:8:1 (f)"), copy, None)
 
 
-def row_swap_then_column_step(b0):
-  """Fuzz seed 6500 #2434 (as generated). Until f6d4548 this test used seed 6000
-  #617, and before 4452209 seed 4400 #549: each now runs copy-free."""
-  v1 = b0[27]
-  b0 = b0.at[27].set(b0[jnp.argmin(b0[:, 18]) % 32])
-  b0 = b0.at[jnp.argmin(b0[:, 18]) % 32].set(v1)
-  b0 = b0.at[15:21].set(jnp.resize(v1, (6, 33)))
-  v2 = b0[:, 3:4]
-  b0 = b0 - 0.01 * v2
-  b0 = b0.at[jnp.int32(4), jnp.argmin(b0[:, 24]) % 33].add(-2.0)
-  return v1, v2, b0
+def loop_step_then_row_set_from_its_sum(b0):
+  """Fuzz seed 7000 #1940 (as generated, dead code left out). This test used seed
+  6500 #2434 until its program ran copy-free (2026-12-06, 295cb61), and before
+  that seed 6000 #617 and seed 4400 #549, which run copy-free too."""
+  def body(i, c):
+    b0, a = c
+    b0 = b0 - 0.1 * b0[13]
+    v5, v6 = b0[3], b0[13]
+    b0 = b0.at[13].set(b0[13])
+    b0 = b0.at[13].set(v6)
+    return b0, a + jnp.sum(v5)
+  b0, v3 = lax.fori_loop(0, 1, body, (b0, jnp.float32(0)))
+  v8 = b0[:, 34]
+  b0 = lax.dynamic_update_index_in_dim(b0, jnp.full((48,), v3) * 0.5 + 1,
+                                       jnp.argmin(b0[:, 23]) % 16, 0)
+  return b0, v8
 
 
 def test_a_kept_copy_says_which_program_runs_and_which_candidate_copies_less():
   # A sequenced program runs and still copies b0; another candidate copies less of
   # b0 but computes the step differently. The cause said "the sequenced program
   # that removes it ..., so jax.jit's program runs": false on both counts.
-  x = jnp.asarray(np.random.default_rng(1035020112).normal(size=(32, 33)), jnp.float32)
-  r = compare(row_swap_then_column_step, x)
+  from inplace_jax.testing.fuzz import Buf, make_inputs
+  (x,) = make_inputs((Buf("b0", (16, 48), "float32"),), 148041950, "normal")
+  r = compare(loop_step_then_row_set_from_its_sum, jnp.asarray(x))
   if not ON_CPU:
     pytest.skip("the copies are XLA:CPU's")
   sig = r.fn.signatures[-1]
