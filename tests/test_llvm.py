@@ -542,6 +542,18 @@ loop:
   br label %loop""")
 
 
+def _straight(n: int) -> str:
+  """`_IN_LOOP`'s arithmetic as straight-line code over `n` elements."""
+  rows = "".join(f"""\
+  %p{i} = getelementptr float, ptr %a, i64 {i}
+  %x{i} = load float, ptr %p{i}, align 4
+  %m{i} = fmul float %x{i}, 1.000000e-01
+  %s{i} = fadd float %x{i}, %m{i}
+  store float %s{i}, ptr %p{i}, align 4
+""" for i in range(n))
+  return _ir(f"  %a = load ptr, ptr %0, align 8\n{rows}  ret void")
+
+
 def test_semantics_want_each_form_over_the_same_loops():
   """An expression contracted in one kernel and not in another (a product left in
   the loop for some elements, hoisted for others: fuzz regression #3030) is the
@@ -563,15 +575,6 @@ def test_semantics_want_each_form_over_the_same_loops():
   assert not _llvm.same_semantics(mixed, swapped)
   assert _llvm.kernels_of_ambiguous_forms_differ(mixed, swapped)
   # Straight-line code: one instance more is one element more of that form.
-  def straight(name, n):
-    rows = "".join(f"""\
-  %p{i} = getelementptr float, ptr %a, i64 {i}
-  %x{i} = load float, ptr %p{i}, align 4
-  %m{i} = fmul float %x{i}, 1.000000e-01
-  %s{i} = fadd float %x{i}, %m{i}
-  store float %s{i}, ptr %p{i}, align 4
-""" for i in range(n))
-    return _ir(f"  %a = load ptr, ptr %0, align 8\n{rows}  ret void").replace("@k", name)
   hoisted = _ir("""\
   %a = load ptr, ptr %0, align 8
   %y = load float, ptr %a, align 4
@@ -581,7 +584,7 @@ next:
   %s = fadd float %y, %m
   store float %s, ptr %a, align 4
   ret void""").replace("@k", "@h")
-  one, two = (_llvm.read([straight("@k", 1), hoisted]), _llvm.read([straight("@k", 2), hoisted]))
+  one, two = (_llvm.read([_straight(1), hoisted]), _llvm.read([_straight(2), hoisted]))
   assert not _llvm.same_semantics(one, two)
   assert _llvm.kernels_of_ambiguous_forms_differ(one, two)
 
@@ -1078,30 +1081,20 @@ def test_semantics_count_the_elements_a_kernel_of_one_form_computes():
   candidate's straight-line kernel of 32 instances). A loop over as many rows
   as the straight-line code has instances, but with more instances per trip,
   computes more elements (fuzz seed 5100 #6690's kind): not the same."""
-  def straight(n: int) -> str:
-    rows = "".join(f"""\
-  %p{i} = getelementptr float, ptr %a, i64 {i}
-  %x{i} = load float, ptr %p{i}, align 4
-  %m{i} = fmul float %x{i}, 1.000000e-01
-  %s{i} = fadd float %x{i}, %m{i}
-  store float %s{i}, ptr %p{i}, align 4
-""" for i in range(n))
-    return _ir(f"  %a = load ptr, ptr %0, align 8\n{rows}  ret void")
   hoisted = _bounded(_HOISTED.replace("@k", "@h"), 16)
   loop = _llvm.read([_bounded(_IN_LOOP, 48), hoisted])
   unrolled = _llvm.read([_bounded(_IN_LOOP_TWICE, 48), hoisted])
-  for same in (straight(48),):
-    k = _llvm.read([same, hoisted])
-    assert _llvm.same_semantics(loop, k) and _llvm.same_semantics(unrolled, k)
-    assert not _llvm.kernels_of_ambiguous_forms_differ(loop, k)
-  fewer = _llvm.read([straight(47), hoisted])
+  k = _llvm.read([_straight(48), hoisted])
+  assert _llvm.same_semantics(loop, k) and _llvm.same_semantics(unrolled, k)
+  assert not _llvm.kernels_of_ambiguous_forms_differ(loop, k)
+  fewer = _llvm.read([_straight(47), hoisted])
   assert not _llvm.same_semantics(loop, fewer)
   assert _llvm.kernels_of_ambiguous_forms_differ(loop, fewer)
   # Two instances per trip, stepping by one: 96 elements, not 48.
   wider = _llvm.read([_bounded(_IN_LOOP_TWICE.replace("%j = add i64 %i, 2",
                                                       "%j = add i64 %i, 1"), 48), hoisted])
-  assert not _llvm.same_semantics(wider, _llvm.read([straight(48), hoisted]))
-  assert _llvm.kernels_of_ambiguous_forms_differ(wider, _llvm.read([straight(48), hoisted]))
+  assert not _llvm.same_semantics(wider, _llvm.read([_straight(48), hoisted]))
+  assert _llvm.kernels_of_ambiguous_forms_differ(wider, _llvm.read([_straight(48), hoisted]))
   # An instance in a block the loop branches to runs on some trips: not counted.
   branchy = _llvm.read([_ir("""\
   %a = load ptr, ptr %0, align 8
@@ -1123,4 +1116,4 @@ latch:
   br i1 %e, label %exit, label %loop
 exit:
   ret void"""), hoisted])
-  assert not _llvm.same_semantics(branchy, _llvm.read([straight(1), hoisted]))
+  assert not _llvm.same_semantics(branchy, _llvm.read([_straight(1), hoisted]))
