@@ -666,7 +666,11 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
       f: tuple[list[Any], set[int]] | None = (
           [w for w in st.g.eqns[r].outvars if not C.is_drop_var(w)], set())
     else:
-      f = _tie_frontier(st, r, u, v)
+      f = None
+      if st.hints.clone and not st.hints.bold:
+        f = _tie_frontier(st, r, u, v, past_contractions=True)
+      if f is None:
+        f = _tie_frontier(st, r, u, v)
     if f is None:
       eqn = st.g.eqns[r]
       if any(w in st.uncut for w in eqn.outvars):
@@ -774,7 +778,8 @@ def _add_pre_barrier(st: _State, u: int, v, read_vars, tied, region, split) -> N
 _REGION_LIMIT = 64
 
 
-def _tie_frontier(st: _State, r: int, u: int, v=None) -> tuple[list[Any], set[int]] | None:
+def _tie_frontier(st: _State, r: int, u: int, v=None, past_contractions: bool = False
+                  ) -> tuple[list[Any], set[int]] | None:
   """Where to tie read `r` of version `v` before update `u`.
 
   Returns (variables to tie, equations to run before the barrier besides `r`), or
@@ -784,6 +789,14 @@ def _tie_frontier(st: _State, r: int, u: int, v=None) -> tuple[list[Any], set[in
   equations between the read and those ops (the read's fusion region) run before
   the barrier, and the values leaving the region are tied: reduction results,
   operands of ops XLA never fuses into (dots, loops), outputs of the function.
+
+  `past_contractions` (clone rounds): a value that is itself a multiply-add
+  (`_multiply_added`) is not tied either, but followed into its readers' fusions.
+  Whether LLVM contracts the product depends on the fusion that computes it: in
+  a reader's fusion over one column (an argmin of `b[:, k]` after `b = b - c *
+  b[:, j:j+1]`) the row's product has one use and is contracted, as under
+  jax.jit; tied whole, the product is computed once per row for every column,
+  not contracted, and the reader loads other values (fuzz seed 7200 #3724).
   """
   g = st.g
   ties: list[Any] = []
@@ -799,7 +812,8 @@ def _tie_frontier(st: _State, r: int, u: int, v=None) -> tuple[list[Any], set[in
     uncut = w in st.uncut
     if not uncut and not st.sensitive(w) and not _after_avoided(st, w) and (
         p is None or _no_fold_across(st, g.eqns[p], w)) and not (
-            st.hints.clone and _fused_onward(st, w)):
+            st.hints.clone and _fused_onward(st, w)) and not (
+                past_contractions and w not in g.outvars and _multiply_added(st, w)):
       ties.append(w)        # everything downstream rounds the same fused or not
       continue
     if w in g.outvars:
@@ -821,6 +835,56 @@ def _tie_frontier(st: _State, r: int, u: int, v=None) -> tuple[list[Any], set[in
         ties.extend(step[0])
         stack.extend(step[1])
   return ties, region
+
+
+def _multiply_added(st: _State, w, depth: int = 0) -> bool:
+  """Whether float `w` is an add or subtract with a product among its operands,
+  or data movement of one: code LLVM may contract into an FMA, in the fusion of
+  whatever reads `w`."""
+  g = st.g
+  p = g.producer.get(w)
+  if p is None or depth > 4 or not X.is_inexact(w):
+    return False
+  e = g.eqns[p]
+  if e.primitive.name in ("add", "sub"):
+    return any(_product(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
+  if depth == 0 and _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT) and \
+      _reduced_onward(st, w, 0):
+    # Moved on to a reduction (a column's argmin): XLA fuses the whole chain into
+    # the reduction's fusion, the multiply-add included.
+    return any(_multiply_added(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
+  if depth > 0 and _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT):
+    return any(_multiply_added(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
+  return False
+
+
+def _reduced_onward(st: _State, w, depth: int) -> bool:
+  """Whether every use of `w` is a reduction, through data movement."""
+  g = st.g
+  uses = g.uses(w)
+  if not uses or w in g.outvars or depth > 4:
+    return False
+  for c, _ in uses:
+    e = g.eqns[c]
+    if _traits.has(e.primitive, _traits.Trait.REDUCTION):
+      continue
+    if not _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT) or not all(
+        _reduced_onward(st, o, depth + 1) for o in e.outvars if not C.is_drop_var(o)):
+      return False
+  return True
+
+
+def _product(st: _State, w, depth: int) -> bool:
+  """Whether `w` is a product, through data movement and negation."""
+  p = st.g.producer.get(w)
+  if p is None or depth > 8:
+    return False
+  e = st.g.eqns[p]
+  if e.primitive.name == "mul":
+    return True
+  if e.primitive.name == "neg" or _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT):
+    return any(_product(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
+  return False
 
 
 def _read_outputs(eqn, v) -> list[Any]:
