@@ -49,6 +49,8 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 _DEFINE = re.compile(r"^\s*(%[\w.\-]+)\s*=\s*(.*)$")
 _LABEL = re.compile(r"^([\w.\-]+):")
 _VALUE = re.compile(r"%[\w.\-]+")
@@ -1043,6 +1045,73 @@ def _semantic_text(text: str) -> str:
   return _VECTOR_TYPE.sub(lambda m: m.group(1), text)
 
 
+def _constant_value(text: str):
+  """A float32 constant as LLVM's IR writes it (decimal, a double's bits, or a
+  float's bits), as a numpy float32; None for anything else."""
+  text = text.strip()
+  try:
+    if text.startswith("0x") and len(text) == 18:
+      v = struct.unpack("<d", struct.pack("<Q", int(text[2:], 16)))[0]
+    elif text.startswith("f0x") and len(text) == 11:
+      v = struct.unpack("<f", struct.pack("<I", int(text[3:], 16)))[0]
+    else:
+      # LLVM writes a float constant in decimal where that reads back as the
+      # same float (`1.500000e-02`), else as the float's bits (`f0x3C75C28F`).
+      v = float(np.float32(float(text)))
+      if "%.6e" % v != text:
+        return None
+  except (ValueError, OverflowError, struct.error):
+    return None
+  f = np.float32(v)
+  if not np.isfinite(f) or float(f) != v or (f != 0 and abs(f) < np.finfo(np.float32).tiny):
+    return None       # not a float32, or subnormal (flushed at run time, not folded)
+  return f
+
+
+_STORED_PICK = re.compile(r"select i1 (.*), float (\(load\)|[^,() ]+), float (\(load\)|[^,() ]+)")
+_FOLDABLE_CALLS = {"maximum": np.maximum, "minimum": np.minimum,
+                   "maxnum": np.fmax, "minnum": np.fmin}
+
+
+def _foldable(text: str) -> tuple[str, list[str]] | None:
+  """(operation, operands) of a float32 add, subtract, multiply (plain flags) or
+  maximum/minimum call of two operands; None for anything else."""
+  m = _SUM_TEXT.match(text) or _PRODUCT_TEXT.match(text)
+  if m is not None:
+    kind = _opcode(text)
+    flags, ty, rest = (m.group(2), m.group(3), m.group(4)) if kind != "fmul" else \
+        (m.group(1), m.group(2), m.group(3))
+    ops = _operands(rest)
+    if ty != "float" or set(flags.split()) - _PLAIN_FLAGS or len(ops) != 2:
+      return None
+    return kind, ops
+  call = _PICK_CALL.search(text)
+  if call is not None and call.group(1) in _FOLDABLE_CALLS and text.count("(") == 1:
+    args = [a.strip() for a in text[text.index("(") + 1:text.rindex(")")].split(",")]
+    if len(args) == 2 and all(a.startswith("float ") for a in args):
+      return call.group(1), [a.split(" ", 1)[1] for a in args]
+  return None
+
+
+def _folds(kind: str, k, m, value_at: int):
+  """`kind` of the constant `k` in the value's place and `m`, in float32."""
+  a, b = (k, m) if value_at == 0 else (m, k)
+  with np.errstate(all="ignore"):
+    if kind == "fmul":
+      out = np.float32(a * b)
+    elif kind == "fadd":
+      out = np.float32(a + b)
+    elif kind == "fsub":
+      out = np.float32(a - b)
+    elif a == 0 and b == 0:
+      return None       # which zero a maximum picks: not modelled
+    else:
+      out = np.float32(_FOLDABLE_CALLS[kind](a, b))
+  if not np.isfinite(out) or (out != 0 and abs(out) < np.finfo(np.float32).tiny):
+    return None
+  return out
+
+
 class _Semantics:
   """The semantic forms of one function's values (`same_semantics`).
 
@@ -1214,6 +1283,11 @@ class _Semantics:
       incoming = [v for v in _PHI_INCOMING.findall(_semantic_text(self.rhs[name]))
                   if _VALUE.fullmatch(v)]
       name = self.source(incoming[0])
+    if mat and name is not None and name in self.rhs and \
+        _opcode(self.rhs[name]) == "select":
+      # A select a product was folded into (`unfolded`): negated as that product.
+      arm = self.unfolded(_semantic_text(self.rhs[name]))
+      name = self.source(arm) if arm is not None else name
     if name is None or name not in self.rhs or _opcode(self.rhs[name]) != "fmul" or \
         not _flags(self.rhs[name]) <= _PLAIN_FLAGS:
       return None
@@ -1267,6 +1341,8 @@ class _Semantics:
     elif op == "select" and (choices := _choices(text)) is not None and \
         self.picks_leaves(choices, resolve, mat):
       out, r = "load", False
+    elif op == "select" and mat and (arm := self.unfolded(text)) is not None:
+      out, r = self.form(arm, resolve, mat)
     elif op in ("shufflevector", "insertelement"):
       out, r = self.moved(name, text, home, resolve, mat)
     else:
@@ -1291,6 +1367,51 @@ class _Semantics:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     self.memo[key] = (out, r)
     return out, r
+
+  def unfolded(self, text: str) -> str | None:
+    """For a select `c ? op(y, M) : K'` (or its mirror) of a loaded `y`, constants
+    `M` and `K'`, where some kernel stores `c ? y : K` with `op(K, M)` exactly
+    `K'`: the arm `op(y, M)`, which is then the select's value. InstCombine folds
+    an operation with a constant into a select with a constant arm: jax.jit
+    computes `0.01 * where(b > 0, b, 1.5)[22]` from the buffer as `b > 0 ? b *
+    0.01 : 0.015`, where a sequenced program that stores the `where` loads it and
+    multiplies (fuzz seed 7200 #17). Both are `op(load, M)` for every element:
+    the folded constant is the product LLVM computed, rounded as at run time."""
+    choices = _choices(text)
+    words = text.split(" ")
+    if choices is None or len(choices) != 2 or len(words) < 3 or words[1] != "i1" or \
+        not _VALUE.fullmatch(words[2].rstrip(",")):
+      return None
+    arms = [i for i, c in enumerate(choices) if _VALUE.fullmatch(c)]
+    if len(arms) != 1:
+      return None
+    i = arms[0]
+    arm, folded = choices[i], _constant_value(choices[1 - i])
+    if folded is None or arm not in self.rhs:
+      return None
+    op = _foldable(_semantic_text(self.rhs[arm]))
+    if op is None:
+      return None
+    kind, operands = op
+    values = [k for k, o in enumerate(operands) if _VALUE.fullmatch(o)]
+    if len(values) != 1:
+      return None
+    y = self.source(operands[values[0]])
+    m = _constant_value(operands[1 - values[0]])
+    if m is None or y not in self.rhs or self.form(y, True, False)[0] != "load":
+      return None
+    for stored in self.materialised:
+      # The condition is not compared: forms read a pick of loads as a load
+      # whatever it picks by (`picks_leaves`); here, alike, the stored pick and
+      # this one choose `y` or a constant, the same constant `op` folds.
+      pick = _STORED_PICK.fullmatch(stored)
+      if pick is None or pick.group(2 + i) != "(load)":
+        continue
+      kv = _constant_value(pick.group(3 - i))
+      out = None if kv is None else _folds(kind, kv, m, values[0])
+      if out is not None and out.tobytes() == folded.tobytes():
+        return arm
+    return None
 
   def merged(self, values: Sequence[str], resolve: bool, mat: bool) -> tuple[str, bool]:
     """A phi that merges one value computed alike on every incoming path (LLVM
@@ -1358,9 +1479,14 @@ class _Semantics:
         return
       seen.add(name)
       f, _ = self.form(name, True, False)
+      text = _semantic_text(self.rhs[name])
       if f not in _LEAVES:
         out.add(f)
-      for c in _choices(_semantic_text(self.rhs[name])) or ():
+      elif f == "load" and _opcode(text) == "select":
+        # A stored pick of loads and constants (`where(b > 0, b, 1.5)`), as
+        # written: a select another program folds an operation into (`unfolded`).
+        out.add(self.generic(text, self.where[name], True, False, False)[0])
+      for c in _choices(text) or ():
         if _VALUE.fullmatch(c):
           add(c)
 

@@ -628,6 +628,31 @@ def gathered_rows_added_then_one_trip_loop_reads_a_row(b0):
   return lax.fori_loop(0, 1, outer, b0)
 
 
+def column_step_scaled_into_other_then_window_set(b0, b2):
+  """After fuzz seed 7200 #2089. `b2 * 0.5 + b2[:, 2:3]` is read by b0's update
+  and by `max`, before b2's row is set. The clone rounds computed the step once
+  per reader, then tied each copy whole: stored, it rounds as b2's own update
+  (the column's product once per row), while jax.jit computes it again inside
+  the reader's fusion, contracted. A multiply-add is now followed into its
+  readers' fusions and tied where they end."""
+  v4 = b2[:, 2:3]
+  b2 = b2 * 0.5 + v4
+  b0 = b0 - 0.25 * b2
+  b0 = b0.at[9:16, 14:16].set(0.5)
+  b2 = b2.at[11].set(jnp.max(v4))
+  return b0, b2
+
+
+def where_then_row_scaled_out(b0):
+  """Fuzz seed 7200 #17. jax.jit computes row 22 of the `where` from the buffer,
+  with the multiply folded into the select by LLVM (`b > 0 ? b * 0.01 :
+  0.015`); the sequenced program stores the `where` and multiplies its load.
+  The kernels' reading now sees the fold (`_llvm._Semantics.unfolded`)."""
+  b0 = jnp.where(b0 > 0, b0, 1.5)
+  v3 = b0[22]
+  return (b0 - 0.01 * v3,)
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -761,6 +786,10 @@ CASES = {
         (0, 1, 2), ()),
     "gathered_rows_added_then_one_trip_loop_reads_a_row": (
         gathered_rows_added_then_one_trip_loop_reads_a_row, _normal((24, 16)), (0,), ()),
+    "column_step_scaled_into_other_then_window_set": (
+        column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
+        (0, 1), ()),
+    "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
     "window_set_and_matmul_in_custom_vjp_then_step": (
         window_set_and_matmul_in_custom_vjp_then_step,
         _normal((24, 32), (16, 32), (24, 32)), (0, 1, 2), ()),

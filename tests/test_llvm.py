@@ -1117,3 +1117,41 @@ latch:
 exit:
   ret void"""), hoisted])
   assert not _llvm.same_semantics(branchy, _llvm.read([_straight(1), hoisted]))
+
+
+def test_semantics_read_a_select_a_constant_operation_was_folded_into():
+  """`where(b > 0, b, 1.5) * 0.25`: a program that stores the `where` loads it
+  and multiplies; one that computes it from the buffer has the multiply folded
+  into the select by InstCombine, `b > 0 ? b * 0.25 : 0.375` (fuzz seed 7200
+  #17). Both are `load * 0.25` for every element where 0.375 is the product of
+  the stored pick's constant, rounded to float; with another constant, or no
+  pick stored, the select is read as written."""
+  stores = _kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %c = fcmp ogt float %x, 0.000000e+00
+  %w = select i1 %c, float %x, float 1.500000e+00
+  store float %w, ptr %q, align 4""")
+  loads = _kernel("k2", """\
+  %v = load float, ptr %q, align 4
+  %y = load float, ptr %p, align 4
+  %m = fmul float %v, 2.500000e-01
+  %z = fmul float %y, %m
+  store float %z, ptr %p, align 4""")
+
+  def folded(constant: str) -> str:
+    return _kernel("k2", f"""\
+  %x = load float, ptr %q, align 4
+  %c = fcmp ogt float %x, 0.000000e+00
+  %m = fmul float %x, 2.500000e-01
+  %s = select i1 %c, float %m, float {constant}
+  %y = load float, ptr %p, align 4
+  %z = fmul float %y, %s
+  store float %z, ptr %p, align 4""")
+
+  candidate = _llvm.read([stores, loads])
+  assert _llvm.same_semantics(candidate, _llvm.read([stores, folded("3.750000e-01")]))
+  assert _llvm.same_semantics(_llvm.read([stores, folded("3.750000e-01")]), candidate)
+  assert not _llvm.same_semantics(candidate, _llvm.read([stores, folded("3.760000e-01")]))
+  unstored = stores.replace("store float %w", "store float %x")
+  assert not _llvm.same_semantics(_llvm.read([unstored, loads]),
+                                  _llvm.read([unstored, folded("3.750000e-01")]))
