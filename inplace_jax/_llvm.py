@@ -1570,6 +1570,38 @@ def _groups(blocks: dict[str, list[str]], materialised: frozenset[str]
   return hit[1], hit[2]
 
 
+def _paired_refusals(a: Kernels, b: Kernels, materialised: frozenset[str],
+                     shared: set[int]) -> set[int]:
+  """The ids of refusing kernels (`_Semantics.refused`) that pair one for one
+  with a refusing kernel of the other program that rounds the same values in the
+  same forms, in the same text order, over the same loops (`_extent`): the same
+  kernel compiled from two programs whose texts differ elsewhere (fuzz seed 7200
+  #695: the kernel that recomputes a stored product in an add, in jax.jit's
+  program and in the candidate's alike). Such a kernel tells the programs apart
+  nowhere, as a shared one (`_shared`)."""
+  def refusing(k: Kernels) -> dict[tuple, list[int]]:
+    out: dict[tuple, list[int]] = collections.defaultdict(list)
+    for blocks in k.functions:
+      if id(blocks) in shared:
+        continue
+      pairs, refused = _groups(blocks, materialised)
+      if refused:
+        out[(tuple(pairs), _extent(blocks))].append(id(blocks))
+    return out
+
+  ra = refusing(a)
+  if not ra:
+    return set()
+  rb = refusing(b)
+  out: set[int] = set()
+  for key, ids in ra.items():
+    others = rb.get(key, [])
+    n = min(len(ids), len(others))
+    out.update(ids[:n])
+    out.update(others[:n])
+  return out
+
+
 def same_semantics(a: Kernels, b: Kernels) -> bool:
   """Whether two programs' kernels round every value alike, read as one lane's
   operations that round (`_Semantics`), values that some kernel stores and the
@@ -1588,11 +1620,13 @@ def same_semantics(a: Kernels, b: Kernels) -> bool:
   "different": a blend of lanes of different forms, reductions whose adds may
   reassociate (their operands placed), transcendentals other than those
   measured, a kernel that recomputes a stored value where it cannot read as a
-  load (`_Semantics.refused`), unless both programs compile that kernel alike."""
+  load (`_Semantics.refused`), unless both programs compile that kernel alike
+  (`_paired_refusals`)."""
   if not a.functions or not b.functions:
     return False
   materialised = _materialised(a, b)
   both = _shared(a, b)
+  both |= _paired_refusals(a, b, materialised, both)
 
   def groups(k: Kernels) -> dict[str, set[str]] | None:
     out: dict[str, set[str]] = collections.defaultdict(set)
