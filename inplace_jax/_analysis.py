@@ -671,6 +671,8 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
         f = _tie_frontier(st, r, u, v, past_contractions=True)
       if f is None:
         f = _tie_frontier(st, r, u, v)
+      if f is None and st.hints.bold:
+        f = _moved_read(st, r)
     if f is None:
       eqn = st.g.eqns[r]
       if any(w in st.uncut for w in eqn.outvars):
@@ -683,6 +685,22 @@ def _frontiers(st: _State, tied: list[int], u: int, v):
     frontier_vars.extend(f[0])
     region |= f[1]
   return frontier_vars, region, kept
+
+
+def _moved_read(st: _State, r: int) -> tuple[list[Any], set[int]] | None:
+  """In the bold round, a read that moves data and no more (a row's slice) whose
+  frontier does not exist (its values reach a reduction after the update) is
+  tied where it is read: the barrier passes the same values on, and the kernels'
+  IR check refuses the candidate should a reader's fusion compute otherwise
+  (fuzz seed 7200 #620: row 5 of b1, read before the row is set and subtracted
+  from the whole updated buffer before its sum). Not in the clone rounds: there
+  it changed candidates that earlier ran (seed 7200 #2302, #8870 copied more)."""
+  eqn = st.g.eqns[r]
+  outs = [w for w in eqn.outvars if not C.is_drop_var(w)]
+  if not outs or not _traits.has(eqn.primitive, _traits.Trait.DATA_MOVEMENT) or \
+      eqn.effects or any(w in st.uncut for w in outs):
+    return None
+  return outs, set()
 
 
 def _cut_safe(st: _State, eqn, var) -> bool:

@@ -897,6 +897,39 @@ def test_bold_round_runs_for_a_copy_that_names_no_read():
   assert r.report.buffer_copies(1024) == (), r.report
 
 
+def rows_exchanged_across_dtypes_then_step_and_sum(b0, b1):
+  """Fuzz seed 7200 #620 (as generated, dead code left out). Row 5 of b1 is read
+  before that row is set, and subtracted from the whole updated buffer before
+  its sum: the read has no frontier (its values reach the reduction after the
+  update), so every round left it untied. The bold round ties it where it is
+  read (data movement only) and its candidate runs, with one of jax.jit's
+  copies of b1 left."""
+  v2 = b0[16, 0:16]
+  v3 = b1[5, 0:16]
+  b0 = b0.at[16, 0:16].set(v3.astype(jnp.int32))
+  b1 = b1.at[5, 0:16].set(v2.astype(jnp.float32))
+  b1 = b1.at[7:8].mul(jnp.resize(v2, (1, 16)).astype(jnp.float32))
+  b1 = b1 * 0.5 + -jnp.resize(v3, (16, 16))
+  return jnp.sum(b1), b1, b0
+
+
+def test_bold_round_ties_a_read_that_only_moves_data():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  from inplace_jax.testing.fuzz import Buf, make_inputs
+  b0, b1 = make_inputs((Buf("b0", (32, 32), "int32"), Buf("b1", (16, 16), "float32")),
+                       550929303, "integer")
+  r = compare(rows_exchanged_across_dtypes_then_step_and_sum, jnp.asarray(b0),
+              jnp.asarray(b1), donate_argnums=(0, 1))
+  before = sum(c.nbytes for c in r.ref_report.buffer_copies(1024))
+  after = sum(c.nbytes for c in r.report.buffer_copies(1024))
+  sig = r.fn.signatures[-1]
+  assert sig.chosen is not None and sig.chosen.bold, sig.candidates
+  assert 0 < after < before and after < min(
+      sum(c.nbytes for c in k.report.buffer_copies(1024))
+      for k in sig.candidates if not k.bold), sig.candidates
+
+
 def column_step_in_switch_beside_pass_through(b0, b1):
   """Fuzz seed 4600 #865 (as generated). A branch that passes b0 through (the
   second) beside one that rewrites it elementwise from its own column: jax.jit
