@@ -401,6 +401,21 @@ def _define(blocks: dict[str, list[str]]):
       elif s := _STORE.match(line):
         stores.append((s.group(1), block))
       uses.update(_VALUE.findall(m.group(2) if m else line))
+  # Instruction selection builds one DAG per block and merges identical nodes: two
+  # products of the same operands in one block are one product with the uses of
+  # both, and x86 contracts a product of one use only. LLVM's IR may keep both
+  # (a reload between them that GVN left): fuzz seed 7300 #7235, `b + v * -0.1`
+  # written in place, where the first two columns' products of the same loaded
+  # `v` were merged and not contracted and the third's, of a reload, was.
+  twins: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+  for name, text in rhs.items():
+    if _opcode(text) == "fmul":
+      twins[(where[name], text)].append(name)
+  for names in twins.values():
+    if len(names) > 1:
+      total = sum(uses[n] for n in names)
+      for n in names:
+        uses[n] = total
   return rhs, where, uses, stores
 
 

@@ -1386,6 +1386,29 @@ def zero_trip_loop_sum_added_to_negative_zeros(b0, b1):
   return (b0, v8, b1, v8,)
 
 
+def column_step_in_place_then_window_set(b0, b1, b2):
+  """Long run seed 7300 #7235, commit e5067d6 (wrong at ca8992c too). Oracle:
+  inexact, on a normal draw: 1 ulp in 1 of 512 elements of `b1`. The sequenced
+  program updates `b1 + v1 * -0.1` in place, reading the column `v1` from its own
+  buffer; its kernel computes each element's product of `v1`'s row, reloading
+  `v1` after some stores. Two products of one load in one block are one node to
+  instruction selection, with two uses, so x86 does not contract them; the
+  product of a reload is contracted. The kernels' reading counted each product's
+  uses alone and saw the same forms as jax.jit's kernel; products of the same
+  operands in one block now share their uses (`_llvm._define`)."""
+  b1 = b1.at[29:30, 12:14].mul(1.5)
+  v1 = b1[:, 11:12]
+  b1 = b1 + v1 * -0.1
+  b0 = b0 * 2 + jnp.resize(v1, (24, 16)).astype(jnp.int32)
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(81, dtype=jnp.float32).reshape(9, 9) % 7 - 3)
+                * 0.125)(b2)
+  b2 = b2 * 0.99 - 0.25 * v2
+  v4 = jax.vmap(lambda r: r @ (jnp.arange(72, dtype=jnp.float32).reshape(9, 8) % 5 - 2)
+                * 0.125)(b2)
+  b1 = b1.at[22:30, 5:13].set(v4[0:8, 0:8])
+  return (b0, b2, v4, v2, b1,)
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1517,4 +1540,7 @@ REGRESSIONS = [
           data="normal", data_seed=225938112),
     _case(zero_trip_loop_sum_added_to_negative_zeros, f32("b0", 16, 16), f32("b1", 64, 24),
           data="normal", data_seed=617288739),
+    _case(column_step_in_place_then_window_set, Buf("b0", (24, 16), "int32"),
+          f32("b1", 32, 16), Buf("b2", (8, 9), "float32"),
+          data="integer", data_seed=1318570866),
 ]

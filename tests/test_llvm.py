@@ -1174,3 +1174,28 @@ def test_refusing_kernels_that_round_alike_pair_up():
                       .replace("align 4\n  ret", "align 16\n  ret"), _READS_BACK])
   assert not _llvm.same_semantics(a, other)
   assert not _llvm.same_semantics(_llvm.read([_PRODUCT, _READS_BACK]), realigned)
+
+
+def test_products_of_the_same_operands_in_one_block_share_their_uses():
+  """Instruction selection merges two products of the same operands in one block
+  into one node of two uses, which x86 does not contract (fuzz seed 7300 #7235:
+  `b + v * -0.1` in place, `v` loaded once for two columns and reloaded for the
+  third). Products of two loads of `v` are two products, each contracted."""
+  def kernel(reload: bool) -> str:
+    second = "%w = load float, ptr %q, align 4\n  %m2 = fmul float %w, 1.000000e-01" \
+        if reload else "%m2 = fmul float %v, 1.000000e-01"
+    return _kernel("k1", f"""\
+  %v = load float, ptr %q, align 4
+  %x = load float, ptr %p, align 4
+  %m1 = fmul float %v, 1.000000e-01
+  %s1 = fsub float %x, %m1
+  store float %s1, ptr %p, align 4
+  %y = load float, ptr %p, align 4
+  {second}
+  %s2 = fsub float %y, %m2
+  store float %s2, ptr %p, align 4""")
+  merged, apart = _llvm.read([kernel(False)]), _llvm.read([kernel(True)])
+  assert not _llvm.same_semantics(merged, apart)
+  assert not _llvm.same_semantics(apart, merged)
+  assert merged.values != apart.values
+  assert _llvm.same_semantics(merged, _llvm.read([kernel(False)]))
