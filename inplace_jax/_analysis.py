@@ -866,12 +866,11 @@ def _multiply_added(st: _State, w, depth: int = 0) -> bool:
   e = g.eqns[p]
   if e.primitive.name in ("add", "sub"):
     return any(_product(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
-  if depth == 0 and _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT) and \
-      _reduced_onward(st, w, 0):
-    # Moved on to a reduction (a column's argmin): XLA fuses the whole chain into
-    # the reduction's fusion, the multiply-add included.
-    return any(_multiply_added(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
-  if depth > 0 and _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT):
+  # Data movement counts where the moved value goes on to reductions only (a
+  # column's argmin): XLA fuses the whole chain, multiply-add included, into the
+  # reduction's fusion.
+  if _traits.has(e.primitive, _traits.Trait.DATA_MOVEMENT) and (
+      depth > 0 or _reduced_onward(st, w, 0)):
     return any(_multiply_added(st, x, depth + 1) for x in e.invars if not C.is_literal(x))
   return False
 
