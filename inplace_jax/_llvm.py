@@ -1026,6 +1026,18 @@ _LEAVES = frozenset({"load", "phi", "int", "arg"})
 _PHI_INCOMING = re.compile(r"\[\s*([^,\]\s]+)\s*,\s*%[\w.\-]+\s*\]")
 
 
+_LATTICE = re.compile(
+    r"^(?:tail )?call(?: [a-z]+)* \w+ @(?:lane\.(maximum|minimum)|"
+    r"llvm\.vector\.reduce\.f(maximum|minimum)\.\w+)\(")
+
+
+def _lattice(text: str) -> str | None:
+  """"maximum" or "minimum" for an IEEE maximum or minimum of lanes or a vector
+  reduction by one (`text` semantic), else None."""
+  m = _LATTICE.match(text)
+  return None if m is None else (m.group(1) or m.group(2))
+
+
 def _choices(text: str) -> list[str] | None:
   """The values a pick chooses among: a phi's incoming values, a float select's
   two operands; None for any other instruction (`text` semantic)."""
@@ -1145,6 +1157,8 @@ class _Semantics:
     # as a load (a product an add contracts, a reassociating consumer): the other
     # program may load it for the same element, in a form found elsewhere too.
     self.refused = False
+    # The picks of each form `lattice` made, to merge nests across lane moves.
+    self.lattices: dict[str, frozenset[str]] = {}
 
   def source(self, name: str) -> str:
     seen = set()
@@ -1345,7 +1359,12 @@ class _Semantics:
     if op == "load" or _LANE_LOADS.search(raw):
       out, r = "load", False
     elif op in _INTEGER_OPS:
-      out, r = "int", False
+      # Integer arithmetic is exact: a value computed so is the same value
+      # loaded where another program stores it (`-b` for an int32 `b`, converted
+      # to float32 from the negated buffer in one program and from the stored
+      # result in the other: fuzz seed 1000 #62). It rounds nothing; its
+      # consumers' forms do not depend on where it was computed.
+      out, r = "load", False
     elif op == "phi":
       self.memo[key] = ("phi", False)      # a loop-carried phi reads itself: opaque
       incoming = _PHI_INCOMING.findall(text)
@@ -1360,6 +1379,8 @@ class _Semantics:
       out, r = self.form(arm, resolve, mat)
     elif op in ("shufflevector", "insertelement"):
       out, r = self.moved(name, text, home, resolve, mat)
+    elif (kind := _lattice(text)) is not None:
+      out, r = self.lattice(name, kind, resolve, mat)
     else:
       call = _PICK_CALL.search(text)
       exact = (call is not None and call.group(1) in _EXACT_CALLS) or \
@@ -1382,6 +1403,50 @@ class _Semantics:
         out = f"{op}#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     self.memo[key] = (out, r)
     return out, r
+
+  def lattice(self, name: str, kind: str, resolve: bool, mat: bool) -> tuple[str, bool]:
+    """A nest of IEEE maximums (or minimums: `_lattice`), with the vector
+    reductions and loop-carried accumulators among them, as the set of the forms
+    it picks among. Such a maximum picks one of its operands whatever the order
+    and grouping (NaN propagates, -0 is below +0; idempotent): jax.jit's reduce
+    kernel ends in `llvm.vector.reduce.fmaximum` where a sequenced program's
+    fusion reduces the same row by shuffles and lane maximums (fuzz seed 1000
+    #98), the same pick for every element."""
+    picks: set[str] = set()
+    rounds = False
+    home = self.where[name]
+
+    def nested(v: str) -> bool:
+      # Another of the same picks, or a loop's accumulator of them.
+      t = _semantic_text(self.rhs[v])
+      return _lattice(t) == kind or (_opcode(t) == "phi" and all(
+          not _VALUE.fullmatch(x) or self.source(x) in seen or (
+              self.source(x) in self.rhs
+              and _lattice(_semantic_text(self.rhs[self.source(x)])) == kind)
+          for x in _PHI_INCOMING.findall(t)))
+
+    seen: set[str] = {name}
+    todo = [name]
+    while todo:
+      text = _semantic_text(self.rhs[todo.pop()])
+      args = _PHI_INCOMING.findall(text) if _opcode(text) == "phi" else [
+          a.rsplit(" ", 1)[-1] for a in
+          _operands(text[text.index("(", text.index("@")) + 1:text.rindex(")")])]
+      for v in args:
+        n = self.source(v) if _VALUE.fullmatch(v) else None
+        if n is not None and n in seen:
+          continue
+        if n is not None and n in self.rhs and nested(n):
+          seen.add(n)
+          todo.append(n)
+          continue
+        f, r = self.operand(v, home, resolve, mat, kind)
+        # The same picks moved across lanes (a reduction's shuffles): merged.
+        picks |= self.lattices.get(f[1:-1], {f})
+        rounds = rounds or r
+    out = f"{kind}{{{', '.join(sorted(picks))}}}"
+    self.lattices[out] = frozenset(picks)
+    return out, rounds
 
   def unfolded(self, text: str) -> str | None:
     """For a select `c ? op(y, M) : K'` (or its mirror) of a loaded `y`, constants

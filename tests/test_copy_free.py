@@ -653,6 +653,30 @@ def where_then_row_scaled_out(b0):
   return (b0 - 0.01 * v3,)
 
 
+def negated_int_column_steps_other(b0, b1):
+  """Fuzz seed 1000 #62, shrunk. jax.jit converts a column of `-b1` to float32
+  from the old int32 buffer, in the fusion of the step; the sequenced program
+  stores `-b1` and converts its load. Integer arithmetic is exact, so the
+  kernels' reading takes a computed integer for the stored one
+  (`_llvm._Semantics.form`)."""
+  b1 = -b1
+  v = lax.dynamic_index_in_dim(b1, jnp.argmin(b0[:, 0]) % 32, 1, keepdims=False)
+  b0 = b0 - 0.25 * jnp.resize(v, b0.shape).astype(jnp.float32)
+  return b0, b1
+
+
+def max_of_square_scales_a_picked_element(b):
+  """Fuzz seed 1000 #98. jax.jit's reduce kernel ends the max of `b * b` in a
+  vector reduction by maximum; the sequenced program's fusion reduces the stored
+  square by shuffles and lane maximums. Maximums pick an operand in any order and
+  grouping, so the kernels' reading takes the two for the same pick
+  (`_llvm._Semantics.lattice`)."""
+  sq = b * b
+  b = b + sq * -0.1
+  i, j = jnp.argmax(b[7]) % 32, jnp.argmin(b[:, 13]) % 24
+  return b.at[i, j].mul(jnp.max(sq) * 0.5 + 1), sq
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -790,6 +814,11 @@ CASES = {
         column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
         (0, 1), ()),
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
+    "negated_int_column_steps_other": (
+        negated_int_column_steps_other,
+        lambda: (_normal((32, 16))()[0], _ints((24, 32))()[0]), (0, 1), ()),
+    "max_of_square_scales_a_picked_element": (
+        max_of_square_scales_a_picked_element, _normal((32, 24)), (0,), ()),
     "window_set_and_matmul_in_custom_vjp_then_step": (
         window_set_and_matmul_in_custom_vjp_then_step,
         _normal((24, 32), (16, 32), (24, 32)), (0, 1, 2), ()),

@@ -652,6 +652,63 @@ b:
   assert not _llvm.same_semantics(carried, carried_loaded)
 
 
+def test_semantics_read_a_computed_integer_as_a_stored_one():
+  """Integer arithmetic is exact: `float(-n)` computed from the buffer rounds as
+  `float(m)` for the stored `m = -n` (fuzz seed 1000 #62). A float conversion
+  still reads as a conversion: loaded floats are not taken for it."""
+  def scaled(head: str, value: str) -> str:
+    return _kernel("k1", f"""\
+{head}
+  %f = sitofp i32 {value} to float
+  %m = fmul float %f, 2.500000e-01
+  store float %m, ptr %q, align 4""")
+
+  loaded = _llvm.read([scaled("  %n = load i32, ptr %p, align 4", "%n")])
+  negated = _llvm.read([scaled("""\
+  %n = load i32, ptr %p, align 4
+  %k = sub i32 0, %n""", "%k")])
+  assert loaded.values != negated.values
+  assert _llvm.same_semantics(negated, loaded) and _llvm.same_semantics(loaded, negated)
+  as_float = _llvm.read([_kernel("k1", """\
+  %x = load float, ptr %p, align 4
+  %m = fmul float %x, 2.500000e-01
+  store float %m, ptr %q, align 4""")])
+  assert not _llvm.same_semantics(negated, as_float)
+
+
+def _maximum_of(body: str, result: str) -> str:
+  return _kernel("k1", f"""\
+  %v = load <4 x float>, ptr %p, align 16
+  %w = fmul <4 x float> %v, %v
+{body}
+  %s = fmul float {result}, 5.000000e-01
+  store float %s, ptr %q, align 4""")
+
+
+def test_semantics_read_nests_of_maximums_as_one_pick():
+  """An IEEE maximum picks one of its operands whatever the order and grouping:
+  a vector reduction by maximum and a tree of shuffles and lane maximums over the
+  same products pick alike (fuzz seed 1000 #98). A `maxnum` tree (either zero
+  where two compare equal) is left as written, and so is a maximum over other
+  operands."""
+  reduced = _llvm.read([_maximum_of("""\
+  %r = tail call reassoc float @llvm.vector.reduce.fmaximum.v4f32(<4 x float> %w)""",
+                                    "%r")])
+
+  def shuffled(fn: str, operand: str = "%w") -> _llvm.Kernels:
+    return _llvm.read([_maximum_of(f"""\
+  %h = shufflevector <4 x float> {operand}, <4 x float> poison, <4 x i32> <i32 2, i32 3, i32 poison, i32 poison>
+  %a = tail call <4 x float> @llvm.{fn}.v4f32(<4 x float> {operand}, <4 x float> %h)
+  %g = shufflevector <4 x float> %a, <4 x float> poison, <4 x i32> <i32 1, i32 poison, i32 poison, i32 poison>
+  %b = tail call <4 x float> @llvm.{fn}.v4f32(<4 x float> %a, <4 x float> %g)
+  %r = extractelement <4 x float> %b, i64 0""", "%r")])
+
+  assert reduced.values != shuffled("maximum").values
+  assert _llvm.same_semantics(reduced, shuffled("maximum"))
+  assert not _llvm.same_semantics(reduced, shuffled("maxnum"))
+  assert not _llvm.same_semantics(reduced, shuffled("maximum", "%v"))
+
+
 def test_semantics_read_a_subtracted_product_as_an_added_negated_one():
   """`1 - x * 0.5`, where LLVM folded the negation of a stored `-x` into the
   subtraction, is `(-x) * 0.5 + 1` bit for bit, fused or not: alike with the
