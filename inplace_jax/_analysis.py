@@ -286,7 +286,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
       in_loop=st.in_loop, manual=st.manual, analyze=analyzer,
       constant=lambda v: C.is_literal(v) or v in constant,
       producer=g.producer_eqn, inner_sensitive=analyzer.inner_sensitive,
-      refining=st.hints.through_updates, lower=st.hints.lower)
+      refining=st.hints.through_updates, lower=st.hints.lower,
+      left=lambda v: v in alone)
   levels: dict[Any, int] = {v: b for v, b in zip(g.jaxpr.invars, st.buffers, strict=True)
             if b and _rules.is_big(v.aval)}
   st.versions = set(levels)

@@ -677,6 +677,23 @@ def max_of_square_scales_a_picked_element(b):
   return b.at[i, j].mul(jnp.max(sq) * 0.5 + 1), sq
 
 
+def loop_over_a_buffer_in_place_then_where(b1, b2):
+  """Fuzz seed 7400 #294, shrunk. jax.jit copies b1 only (its row is read before
+  the `where`); the loop updates b2 in place. The loop's body tied its own read
+  of the b2 carry anyway, and XLA copied b2 twice; once b2 is left alone the body
+  is too (`_rules.loops._owned`)."""
+  b2 = lax.dynamic_update_slice(b2, jnp.full((11, 23), 1.5, jnp.float32),
+                                (jnp.int32(10), jnp.argmax(b2[6]) % 11))
+  def body(i, b2):
+    b2 = b2.at[1:9].add(3.0)
+    b2 = b2.at[(i + 2) % 24].set(0.5)
+    return b2.at[10:22, 21:31].set(-2.0)
+  b2 = lax.fori_loop(0, 1, body, b2)
+  b2 = lax.dynamic_update_slice(b2, jnp.full((3, 13), 1.0, jnp.float32),
+                                (jnp.argmax(b1[4]) % 22, jnp.int32(11)))
+  return b2, jnp.where(b1 > 0, b1, 3.0)
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -814,6 +831,8 @@ CASES = {
         column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
         (0, 1), ()),
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
+    "loop_over_a_buffer_in_place_then_where": (
+        loop_over_a_buffer_in_place_then_where, _normal((24, 32), (24, 33)), (0, 1), ()),
     "negated_int_column_steps_other": (
         negated_int_column_steps_other,
         lambda: (_normal((32, 16))()[0], _ints((24, 32))()[0]), (0, 1), ()),

@@ -55,6 +55,9 @@ class Context:
   refining: bool = False
   # Lower every conditional that can be lowered (`_plan.Hints.lower`).
   lower: bool = False
+  # left(var): a version of a donated buffer left exactly as it is (one jax.jit
+  # already updates in place: `_analysis.Analyzer.__call__`'s `left`).
+  left: Callable[[Any], bool] = lambda v: False
 
 
 # is_version: a level per operand (0: not a buffer; see `_analysis.BUFFER`).

@@ -35,15 +35,28 @@ def _carry_conflicts(eqn, plan, first_carry, n_carry, is_version):
   return tuple(out)
 
 
+def _owned(v, ctx) -> bool:
+  """Whether a carry is a buffer in the body though no version of one: sizeable,
+  and not a version of a donated buffer left exactly as it is (`Context.left`).
+  jax.jit updates such a buffer in place, in the loop too: a barrier the body
+  placed on it anyway made XLA copy it twice (fuzz seed 7400 #294)."""
+  return is_big(v.aval) and not ctx.left(v)
+
+
+def _left(v, ctx) -> bool:
+  return not C.is_literal(v) and ctx.left(v)
+
+
 def _while_rule(eqn, is_version, ctx):
   cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-  carry = [c or is_big(v.aval) for c, v in zip(is_version[cn + bn:],
+  carry = [c or _owned(v, ctx) for c, v in zip(is_version[cn + bn:],
                                                 eqn.invars[cn + bn:], strict=True)]
   body = eqn.params["body_jaxpr"].jaxpr
   mask = [False] * bn + carry
   # Each carry's buffer is the body's output for that carry.
   plan = ctx.analyze(body, mask, True, ctx.manual,
-                     targets=[None] * bn + list(range(len(carry))))
+                     targets=[None] * bn + list(range(len(carry))),
+                     left=[_left(v, ctx) for v in eqn.invars[cn:]])
   uses = tuple(InplaceUse(cn + bn + j, j) for j in range(len(carry))
                if is_version[cn + bn + j] and plan.flows[bn + j] == j)
   # XLA inlines a loop whose bounds give one trip: its results are then the
@@ -67,13 +80,14 @@ class EntryBarrier:
 def _scan_rule(eqn, is_version, ctx):
   nc, nk = eqn.params["num_consts"], eqn.params["num_carry"]
   body = eqn.params["jaxpr"].jaxpr
-  carry = [c or is_big(v.aval) for c, v in zip(is_version[nc:nc + nk],
+  carry = [c or _owned(v, ctx) for c, v in zip(is_version[nc:nc + nk],
                                                 eqn.invars[nc:nc + nk], strict=True)]
   mask = [False] * nc + carry + [False] * (len(eqn.invars) - nc - nk)
   # XLA unrolls a loop of one trip into straight-line code.
   in_loop = ctx.in_loop or eqn.params["length"] > 1
   plan = ctx.analyze(body, mask, in_loop, ctx.manual,
-                     targets=[None] * nc + list(range(nk)))
+                     targets=[None] * nc + list(range(nk)),
+                     left=[_left(v, ctx) for v in eqn.invars])
   uses = tuple(InplaceUse(nc + j, j) for j in range(nk)
                if is_version[nc + j] and plan.flows[nc + j] == j)
   entry = _unrolled_entry_barrier(eqn, body, plan, nc, nk, mask)
