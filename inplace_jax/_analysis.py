@@ -530,6 +530,17 @@ def tie_reads(st: _State) -> None:
       st.co_reads.setdefault(u, set()).update(co)
 
 
+def _unrolled_loop(st: _State, u: int) -> bool:
+  """Whether update `u` is a loop a refinement round takes XLA to unroll into
+  straight-line code (one trip: `EqnInfo.forwards_reads`). A value computed from
+  the buffer before the loop and passed in, `b * 0.5 + 1` read by the body after
+  it updates `b`, is then fused into the body's readers after the update: XLA
+  copies the buffer (fuzz seed 7400 #1199)."""
+  e = st.g.eqns[u]
+  return st.hints.through_updates and st.infos[u].forwards_reads and \
+      e.primitive in (C.scan_p, C.while_p)
+
+
 def _tied_into(st: _State, u: int) -> bool:
   """Whether an earlier compile copied a buffer for update `u` without naming a
   read (`Hints.tie_into`): its reads are all tied before it, and it is not split
@@ -627,9 +638,11 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
         for w in g.eqns[k].invars:
           named |= g.ancestors_within(w, private)
       private -= named
-    if _tied_into(st, u):
+    if _tied_into(st, u) or _unrolled_loop(st, u):
       # An earlier compile copied for this update without naming a read: its
-      # own reads are tied too.
+      # own reads are tied too. So are those of a loop XLA unrolls: its body's
+      # operations, the update among them, take the read's place, and a read
+      # fused into one of them after the update reads the overwritten buffer.
       private = set()
     tied = [r for r in reads if r not in private]
     st.after_pre.setdefault(u, set()).update(r for r in reads if r in private)
@@ -943,10 +956,15 @@ def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
   if _avoided(st, e) and (not _traits.any_of(e.primitive, _traits.FUSIBLE)
                          or c == u or g.reaches(c, u)):
     return None         # its arithmetic changed when a read was tied before it
-  if c == u or g.reaches(c, u):
+  if c == u or (g.reaches(c, u) and not (
+      _unrolled_loop(st, u) and _traits.any_of(e.primitive, _traits.FUSIBLE)
+      and not _traits.has(e.primitive, _traits.Trait.UPDATE))):
     # Toward the update, the tied value is used (after the barrier): computed from
     # the buffer before it, it would be fused into the update, which then reads the
-    # buffer it writes and cannot be done in place.
+    # buffer it writes and cannot be done in place. A loop XLA unrolls is no
+    # fusion: what its operand is computed by runs before the barrier, and the
+    # operand is tied (`b * 0.5 + 1` whole, its multiply-add in one fusion as
+    # under jax.jit: fuzz seed 7400 #1199).
     return "tie"
   if _traits.any_of(e.primitive, _traits.FUSIBLE):
     if (st.hints.through_updates and _traits.has(e.primitive, _traits.Trait.UPDATE)

@@ -694,6 +694,23 @@ def loop_over_a_buffer_in_place_then_where(b1, b2):
   return b2, jnp.where(b1 > 0, b1, 3.0)
 
 
+def step_passed_into_one_trip_scan_that_updates_its_buffer(b0, b1):
+  """Fuzz seed 7400 #1199, shrunk. `b0 * 0.5 + 1` is computed before a one-trip
+  scan whose body updates b0 and then reads the value into b1. XLA unrolls the
+  loop and fuses the value into its reader after the update: jax.jit copies b0.
+  A refinement round now ties the value where it enters the loop, whole
+  (`_analysis._unrolled_loop`), its multiply-add in one fusion."""
+  v = b0 * 0.5 + 1.0
+  def body(c, i):
+    b0, b1 = c
+    b0 = b0.at[1, -9].max(2.0)
+    b1 = b1.at[jnp.array([8, 8, 18]), (jnp.arange(3) * 3 + (i + 1) % 32) % 32].add(
+        jnp.resize(v, (3,)))
+    return (b0, b1), b0[0, 0]
+  (b0, b1), s = lax.scan(body, (b0, b1), jnp.arange(1))
+  return b0, b1, s
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -831,6 +848,9 @@ CASES = {
         column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
         (0, 1), ()),
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
+    "step_passed_into_one_trip_scan_that_updates_its_buffer": (
+        step_passed_into_one_trip_scan_that_updates_its_buffer, _normal((16, 16), (24, 32)),
+        (0, 1), ()),
     "loop_over_a_buffer_in_place_then_where": (
         loop_over_a_buffer_in_place_then_where, _normal((24, 32), (24, 33)), (0, 1), ()),
     "negated_int_column_steps_other": (
