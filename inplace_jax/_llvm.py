@@ -1179,6 +1179,13 @@ class _Semantics:
   def operand(self, text: str, home: str, resolve: bool, mat: bool,
               consumer: str, placed: bool = False) -> tuple[str, bool]:
     if not _VALUE.fullmatch(text):
+      if mat and "=" + text in self.materialised:
+        # A constant some kernel stores (a window set to it in place) is the
+        # value the other program may load there: jax.jit computes `b - p` over
+        # `b.at[i, 8:].set(-2.0)` fused, as `-2.0 - p` for the window's elements,
+        # where a sequenced program sets the window and loads it (fuzz seed 7400
+        # #2611). Either rounds as `load - p`.
+        return "(load)", False
       return text, False                      # a constant
     name = self.source(text)
     if name not in self.rhs:
@@ -1597,12 +1604,20 @@ class _Semantics:
     return out
 
 
+_STORE_CONSTANT = re.compile(
+    r"^store\s+(?:volatile\s+)?((?:<\d+ x )?(?:half|bfloat|float|double)>?\s+[^%\s][^,]*),")
+
+
 def _stored(blocks: dict[str, list[str]]) -> frozenset[str]:
-  """`_Semantics(blocks).stored()`, memoised."""
+  """`_Semantics(blocks).stored()`, memoised, with `=K` for each float constant
+  `K` the function stores (`_Semantics.operand`)."""
   hit = _STORED.get(id(blocks))
   if hit is not None and hit[0] is blocks:
     return hit[1]
-  out = frozenset(_Semantics(blocks).stored())
+  constants = {"=" + _semantic_text(m.group(1)).rsplit(" ", 1)[-1]
+               for lines in blocks.values() for line in lines
+               if (m := _STORE_CONSTANT.match(line.strip()))}
+  out = frozenset(_Semantics(blocks).stored()) | constants
   if len(_STORED) > 4096:
     _STORED.clear()
   _STORED[id(blocks)] = (blocks, out)

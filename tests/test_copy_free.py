@@ -711,6 +711,17 @@ def step_passed_into_one_trip_scan_that_updates_its_buffer(b0, b1):
   return b0, b1, s
 
 
+def window_set_to_a_constant_then_stepped(b0, b1):
+  """Fuzz seed 7400 #2611, shrunk. jax.jit fuses the window's set into the step,
+  computing `-2.0 - p` for the window's elements; the sequenced program sets the
+  window in place and loads it. A constant some kernel stores now reads as the
+  load the other program makes (`_llvm._Semantics.operand`)."""
+  s = jnp.max(b1)
+  j = jnp.argmin(b0[:, 7]) % 12
+  b0 = b0.at[jnp.argmax(b0[1]) % 16, 8:16].set(-2.0, mode="clip")
+  return b0 + jnp.full(b0.shape, s) * -0.25, j
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -848,6 +859,8 @@ CASES = {
         column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
         (0, 1), ()),
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
+    "window_set_to_a_constant_then_stepped": (
+        window_set_to_a_constant_then_stepped, _normal((16, 16), (8, 12)), (0,), ()),
     "step_passed_into_one_trip_scan_that_updates_its_buffer": (
         step_passed_into_one_trip_scan_that_updates_its_buffer, _normal((16, 16), (24, 32)),
         (0, 1), ()),

@@ -676,6 +676,26 @@ def test_semantics_read_a_computed_integer_as_a_stored_one():
   assert not _llvm.same_semantics(negated, as_float)
 
 
+def test_semantics_read_a_constant_some_kernel_stores_as_a_load():
+  """A window set to -2.0 in place and loaded by the step's kernel, against a
+  kernel that fuses the set into the step and subtracts from the constant (fuzz
+  seed 7400 #2611): alike where some kernel stores -2.0, not otherwise."""
+  step = _kernel("k2", """\
+  %y = load float, ptr %q, align 4
+  %p = fmul float %y, 2.500000e-01
+  %z = fsub float CONSTANT, %p
+  store float %z, ptr %p, align 4""")
+  sets = _kernel("k1", """\
+  store float -2.000000e+00, ptr %q, align 4""")
+  other = _kernel("k1", """\
+  store float -3.000000e+00, ptr %q, align 4""")
+  loads = step.replace("CONSTANT", "%x").replace(
+      "  %y", "  %x = load float, ptr %p, align 4\n  %y")
+  fused = step.replace("CONSTANT", "-2.000000e+00")
+  assert _llvm.same_semantics(_llvm.read([sets, loads]), _llvm.read([fused]))
+  assert not _llvm.same_semantics(_llvm.read([other, loads]), _llvm.read([fused]))
+
+
 def _maximum_of(body: str, result: str) -> str:
   return _kernel("k1", f"""\
   %v = load <4 x float>, ptr %p, align 16
