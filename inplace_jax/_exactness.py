@@ -129,6 +129,15 @@ def reassociated(eqn, var, eqns, consumers, outvars=(), inlined: bool = False,
   users = {_computation(eqns[k], eqns) for k, _ in consumers.get(var, ())}
   if len(users) > 1 or (users and returned):
     return False
+  uses = consumers.get(var, ())
+  if len(uses) == 1 and uses[0][1] == 0 and \
+      eqns[uses[0][0]].primitive in (C.scatter_add_p, C.scatter_sub_p):
+    # Scattered into by another scatter-add: XLA moves an add after the chain in
+    # front of all of it, `scatter_add(scatter_add(a, i, u), j, w) + b` computed
+    # as `scatter_add(scatter_add(a + b, i, u), j, w)` (fuzz seed 7500 #1930: 1
+    # ulp in the element the first one adds to, a barrier after it).
+    e = eqns[uses[0][0]]
+    return reassociated(e, e.outvars[0], eqns, consumers, outvars, inlined, parameters)
   return _added(var, eqns, consumers, 0, direct=True, inputs_plain=not inlined,
                 reassociating=True, parameters=parameters)
 

@@ -1409,6 +1409,36 @@ def column_step_in_place_then_window_set(b0, b1, b2):
   return (b0, b2, v4, v2, b1,)
 
 
+def two_scatter_adds_then_step_in_one_trip_scan(b0, b1, b2):
+  """Long run seed 7500 #1930, commit bc32694 (wrong at 2cdb627 too). Oracle:
+  inexact, on a normal draw: 1 ulp in 1 of 512 elements of `b2`. In the one-trip
+  scan's body, XLA moves the step's add in front of both scatter-adds, computing
+  `(b2 + p) + m` for the element the first one adds `m` to; the materialising
+  round's barrier after the first scatter-add kept `(b2 + m) + p`.
+  `_exactness.reassociated` now follows a scatter-add scattered into by another
+  to the add after the chain."""
+  v1 = b2[15]
+  b0 = b0 * 0.99 - 0.01 * v1
+  v2 = b1[3, 0:32]
+  v3 = b0[0, 0:32]
+  b1 = b1.at[3, 0:32].set(v3.astype(jnp.float32))
+  b0 = b0.at[0, 0:32].set(v2.astype(jnp.float32))
+  b1 = b1.at[:, 16].min(-jnp.resize(v2, (16,)))
+  def body4(c4, i4):
+    (b2,) = c4
+    a4 = jnp.float32(0)
+    b2 = b2.at[(i4 + 0) % 16, (i4 + 2) % 32].add(jnp.max(v1))
+    v5 = b1 @ (jnp.arange(128, dtype=jnp.float32).reshape(32, 4) % 7 - 3) * 0.125
+    b2 = b2.at[0:16, 21:25].add(v5[0:16, 0:4])
+    v6 = jnp.resize(v5, (16, 32))
+    b2 = b2 + v6 * -0.25
+    b2 = b2.at[6:9].max(jnp.resize(v3, (3, 32)))
+    a4 = a4 + jnp.max(v3).astype(jnp.float32)
+    return (b2,), a4
+  (b2,), v4 = lax.scan(body4, (b2,), jnp.arange(1, dtype=jnp.int32))
+  return (b0, b1, b2, v1, v4,)
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1543,4 +1573,6 @@ REGRESSIONS = [
     _case(column_step_in_place_then_window_set, Buf("b0", (24, 16), "int32"),
           f32("b1", 32, 16), Buf("b2", (8, 9), "float32"),
           data="integer", data_seed=1318570866),
+    _case(two_scatter_adds_then_step_in_one_trip_scan, f32("b0", 16, 32),
+          f32("b1", 16, 32), f32("b2", 16, 32), data="normal", data_seed=1098551784),
 ]
