@@ -39,6 +39,7 @@ from typing import Any, Literal
 import jax
 
 from . import _compat as C
+from . import _passes
 from . import _plan
 from . import _fingerprint
 from . import _llvm
@@ -425,7 +426,9 @@ class InplaceJitted:
     then keeps jax.jit's form while the update recomputes the chain after the
     barrier (`_passes.clone_shared`). Where copies still remain, another clones
     slices, reshapes and broadcasts too: `CLONE_COMPILES` compiles in all, each
-    level `CLONE_LEVEL_COMPILES` at most. Where copies still remain
+    level `CLONE_LEVEL_COMPILES` at most. Where copies still remain, one compile
+    with slices and reshapes moved above the elementwise operations they read
+    (the sink round, `_passes.SINK_LEVEL`). Where copies still remain
     and some candidate's copy names no read to tie, one more compile
     materialises each update (`Hints.materialise`). Last, where a remaining copy is
     about a read the analysis left untied because it predicted that a barrier
@@ -498,6 +501,12 @@ class InplaceJitted:
         break
       run(dataclasses.replace(learnt, clone=level),
           min(start + CLONE_COMPILES, len(candidates) + CLONE_LEVEL_COMPILES) - 1)
+    # Where copies still remain, one compile with data movement moved above the
+    # elementwise operations it reads (`_passes._moves_sunk`): a read of an
+    # elementwise result of a buffer, sliced, is then a slice of the buffer, which
+    # a barrier may follow, and the operation stays in its reader's fusion.
+    if copies_remain():
+      run(dataclasses.replace(learnt, clone=_passes.SINK_LEVEL), len(candidates))
     # Copies that name no read to tie (the new value computed in another buffer
     # and copied in): one more compile with each update materialised and the
     # named updates' own reads tied (`Hints.materialise`). A round of its own, so

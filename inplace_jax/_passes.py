@@ -41,7 +41,10 @@ form the analysis and XLA handle best:
    inplace_jax's barriers do not keep those.
 9. `clone_shared` (clone rounds only, `Hints.clone`): a cheap value several
    equations read is computed once per reader, as XLA computes it in each reader's
-   fusion, so that a barrier can separate a read's copy from the update's.
+   fusion, so that a barrier can separate a read's copy from the update's. From
+   `SINK_LEVEL` (the sink round), slices and reshapes of a cheap elementwise
+   result are first done to its operands (`_moves_sunk`): a read of a slice of
+   `b * b` becomes a slice of `b`, pure data movement a barrier may follow.
 """
 
 from __future__ import annotations
@@ -292,6 +295,8 @@ def erase_remat_barriers(jaxpr, consts, ctx: PassContext):
 def clone_shared(jaxpr, consts, ctx: PassContext):
   if not ctx.clone:
     return jaxpr, consts
+  if ctx.clone >= SINK_LEVEL:
+    jaxpr = _moves_sunk(jaxpr, {})
   return _cloned(jaxpr, ctx.clone, {}), consts
 
 
@@ -840,3 +845,87 @@ def _cloned(jaxpr, level: int, memo: dict):
     out = jaxpr.replace(eqns=[eqn.replace(invars=ins) for eqn, ins in reversed(rev)])
   memo[id(jaxpr)] = (jaxpr, out)
   return out
+
+
+# Clone level from which data movement is also moved above the cheap elementwise
+# operations it reads (`_moves_sunk`).
+SINK_LEVEL = 3
+# Data movement `_moves_sunk` moves, and how many operations deep.
+_SINKS = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "tile"})
+_SINK_DEPTH = 8
+
+
+def _moves_sunk(jaxpr, memo: dict):
+  """`jaxpr` with each slice, reshape or squeeze of a cheap elementwise result
+  (`fused_into_readers` at level 1, a float computed from an input) done to the
+  operation's operands instead, the operation then computed on the moved values,
+  at every depth: `(b * b)[0]` becomes `b[0] * b[0]`.
+
+  XLA's fusions compute it so: a reader of the slice of an elementwise result
+  computes the operation at the slice's elements, from the operands. The values
+  are the same, element for element. What changes is where a read of a buffer
+  sits: after the move it is a slice of the buffer, pure data movement, which a
+  barrier may follow without changing arithmetic; the operation after it stays in
+  its reader's fusion, contracted as under jax.jit (fuzz seed 1000 #143: row 0 of
+  `b1 * b1` added into `b2[0]` in a loop after `b1`'s update, a multiply-add of
+  `b1[0]` under jax.jit)."""
+  hit = memo.get(id(jaxpr))
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  eqns = []
+  changed = False
+  for e in jaxpr.eqns:
+    new_params = _params_with(e.params, lambda j: _moves_sunk(j, memo))
+    if new_params is not None:
+      e = e.replace(params=new_params)
+      changed = True
+    eqns.append(e)
+  live = set(jaxpr.invars)
+  for e in eqns:
+    if any(not C.is_literal(v) and v in live for v in e.invars):
+      live.update(e.outvars)
+  made = {v: e for e in eqns for v in e.outvars}
+
+  def sink(move, depth: int, moved: dict) -> list:
+    src = move.invars[0]
+    p = made.get(src)
+    if depth >= _SINK_DEPTH or p is None or src not in live or \
+        not jax.numpy.issubdtype(src.aval.dtype, jax.numpy.inexact) or \
+        not fused_into_readers(p, 1, made.get):
+      return [move]
+    ins, pre = [], []
+    for a in p.invars:
+      if C.is_literal(a) and np.ndim(a.val) == 0:
+        ins.append(a)
+        continue
+      if a.aval.shape != src.aval.shape:
+        return [move]
+      if a not in moved:       # `b * b`: one slice of `b`
+        w = C.new_var(move.outvars[0].aval.update(dtype=a.aval.dtype,
+                                                 weak_type=a.aval.weak_type))
+        pre.extend(sink(move.replace(invars=[a, *move.invars[1:]], outvars=[w]),
+                        depth + 1, moved))
+        moved[a] = w
+      ins.append(moved[a])
+    return [*pre, p.replace(invars=ins, outvars=list(move.outvars))]
+
+  out = []
+  for e in eqns:
+    if e.primitive.name in _SINKS and len(e.outvars) == 1 and not e.effects:
+      new = sink(e, 0, {})
+      if len(new) != 1 or new[0] is not e:
+        changed = True
+        for n in new:       # a move of the result sinks through these in turn
+          made.update((w, n) for w in n.outvars)
+          live.update(n.outvars)
+      out.extend(new)
+    else:
+      out.append(e)
+  if not changed:
+    result = jaxpr
+  else:
+    result = C.dce_jaxpr(jaxpr.replace(eqns=out), [True] * len(jaxpr.outvars),
+                         instantiate=True)[0]
+  memo[id(jaxpr)] = (jaxpr, result)
+  return result
+

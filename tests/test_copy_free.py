@@ -722,6 +722,36 @@ def window_set_to_a_constant_then_stepped(b0, b1):
   return b0 + jnp.full(b0.shape, s) * -0.25, j
 
 
+def matmul_rows_set_in_nested_branches(b0):
+  """Fuzz seed 7400 #1954 (as generated, dead code left out). Rows and a column
+  of `b0 @ w * 0.125` (`jnp.resize`) are set into b0 inside nested branches after
+  b0 is stepped. Every earlier round tied the whole scaled product or changed its
+  arithmetic; the sink round moves the resize's slices above the scaling
+  (`_passes._moves_sunk`), so that the slice of the product is what is read, and
+  its candidate is copy-free and computes what jax.jit computes."""
+  v1 = b0 @ (jnp.arange(128, dtype=jnp.float32).reshape(32, 4) % 7 - 3) * 0.125
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 3 - 1) * 0.125)(b0)
+  def br3_0(b0):
+    v4 = b0[:, 10:11]
+    b0 = b0 * 0.99 - 0.01 * v4
+    def br5_0(b0):
+      b0 = b0.at[:, 29].set(jnp.resize(v1, (24,)))
+      v8 = b0[:, 20]
+      return (b0, jnp.sum(v8))
+    def br5_1(b0):
+      return (b0, jnp.float32(0))
+    (b0, v5) = lax.cond(jnp.sum(b0[22]) > 0, br5_0, br5_1, b0)
+    b0 = b0.at[22:24].set(-2.0)
+    b0 = b0.at[12].set(jnp.resize(v1, (32,)) * 0.5 + 1)
+    return (b0, jnp.max(v5))
+  def br3_1(b0):
+    return (b0, jnp.float32(0))
+  (b0, v3) = lax.cond(b0[11, 19] > 0, br3_0, br3_1, b0)
+  b0 = b0.at[11:24, 31:32].add(jnp.resize(v2, (13, 1)))
+  b0 = lax.dynamic_update_slice(b0, jnp.full((15, 18), v3), (jnp.argmax(b0[18]) % 10, jnp.argmin(b0[:, 12]) % 15))
+  return (b0,)
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -859,6 +889,8 @@ CASES = {
         column_step_scaled_into_other_then_window_set, _normal((16, 16), (16, 16)),
         (0, 1), ()),
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
+    "matmul_rows_set_in_nested_branches": (
+        matmul_rows_set_in_nested_branches, _normal((24, 32)), (0,), ()),
     "window_set_to_a_constant_then_stepped": (
         window_set_to_a_constant_then_stepped, _normal((16, 16), (8, 12)), (0,), ()),
     "step_passed_into_one_trip_scan_that_updates_its_buffer": (

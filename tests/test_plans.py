@@ -422,3 +422,58 @@ def test_a_loop_of_no_trips_with_a_key_carry_compiles_and_matches_jax_jit():
   got = inplace_jax.jit(f, donate_argnums=0)(_x(), jax.random.key(0))
   np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
   np.testing.assert_array_equal(jax.random.key_data(got[1]), jax.random.key_data(want[1]))
+
+
+def _sink_round(f, *args):
+  """`f`'s jaxpr through the sink round's passes (`_passes.clone_shared` at
+  `SINK_LEVEL`), and both evaluated equation by equation (no fusion, so any
+  difference is the pass's)."""
+  from inplace_jax import _passes
+  closed = jax.make_jaxpr(f)(*args)
+  ctx = _passes.PassContext(donated=(True,) * len(args), in_loop=False,
+                            erase_remat_barriers=True, analyze=None,
+                            clone=_passes.SINK_LEVEL, inline_calls=True)
+  new, consts = _passes.inline_calls(closed.jaxpr, closed.consts, ctx)
+  new, consts = _passes.clone_shared(new, consts, ctx)
+  C.check_jaxpr(new)
+  want = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+  got = jax.core.eval_jaxpr(new, consts, *args)
+  for a, b in zip(want, got, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  return new
+
+
+def _prims(jaxpr):
+  return [e.primitive.name for e in jaxpr.eqns]
+
+
+def test_sink_round_slices_a_buffer_before_the_arithmetic_it_feeds():
+  # `jnp.resize(b * b, (32,))` is a reshape, a tile and a slice of the product:
+  # moved above the multiply, they read the buffer, and the product is computed
+  # on the 32 values read (`_passes._moves_sunk`).
+  def f(b, c):
+    v = b * b + 0.5
+    return c.at[0].add(jnp.resize(v, (32,))), v[3, :4] * 2.0
+
+  b = jnp.asarray(np.random.default_rng(0).normal(size=(32, 32)), jnp.float32)
+  c = jnp.asarray(np.random.default_rng(1).normal(size=(16, 32)), jnp.float32)
+  new = _sink_round(f, b, c)
+  muls = [e for e in new.eqns if e.primitive.name == "mul" and
+          e.outvars[0].aval.shape != ()]
+  assert muls and all(e.outvars[0].aval.size <= 32 for e in muls), new
+  assert all(e.outvars[0].aval.shape != (32, 32) for e in new.eqns
+             if e.primitive.name == "add"), new
+
+
+def test_sink_round_leaves_moves_of_other_operations():
+  # A slice of a sum over rows, a division and an integer product: none is a cheap
+  # elementwise float operation the slice may move above.
+  def f(b, n):
+    return (b.sum(0)[:4], (b / b[0])[1:3], (n * n)[:2])
+
+  b = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
+  n = jnp.arange(8, dtype=jnp.int32)
+  closed = jax.make_jaxpr(f)(b, n)
+  new = _sink_round(f, b, n)
+  assert _prims(new) == _prims(closed.jaxpr)
+
