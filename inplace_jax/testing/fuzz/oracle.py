@@ -18,8 +18,9 @@ on equal fresh inputs.
   buffer (a buffer copy of >= 1 KiB) and inplace_jax's still does: a copy remains
   where an in-place order exists. Each residual program is also tried with its
   reads tied by hand (`certify`): `Outcome.certified` is True where that program is
-  copy-free and bit-equal to jax.jit's on the program's inputs and on normal ones
-  (an exact in-place program exhibited), False where it copies or differs;
+  copy-free and bit-equal to jax.jit's on the program's inputs, on normal ones and
+  on tiny ones (an exact in-place program exhibited), False where it copies or
+  differs;
 * "unexplained": inplace_jax's program keeps a buffer copy of >= 1 KiB whose
   `CopyInfo.cause` is None, or says something about it that the report itself
   shows false (`_harness.untrue_statements`);
@@ -79,6 +80,12 @@ def _host_data(shape, dtype: str, mode: str, seed: int) -> np.ndarray:
     specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32)
     mask = rng.random(shape) < 0.05
     x = np.where(mask, specials[rng.integers(0, 5, shape)], x)
+  if mode == "tiny":
+    # Near the bottom of float32's normal range: products with the generator's
+    # constants (0.125, 0.1, ...) fall below it, where XLA:CPU flushes results to
+    # zero. A multiply-add and its unfused multiply and add, or a power-of-two
+    # scale moved into a constant, round alike on normal data but not here.
+    x = (x * np.float32(2.0 ** -122)).astype(np.float32)
   return x
 
 
@@ -320,8 +327,9 @@ def check_function(fn: Callable, bufs: Sequence[Buf], data_seed: int = 0,
 
 # Where inplace_jax runs a sequenced program, it is also compared on these inputs:
 # integer data hides most changes of rounding, and one draw can miss a change in
-# a few elements.
-OTHER_DATA = (("normal", 1), ("normal", 2), ("special", 3))
+# a few elements; tiny data finds arithmetic that differs only where results are
+# flushed to zero.
+OTHER_DATA = (("normal", 1), ("normal", 2), ("special", 3), ("tiny", 4))
 
 
 def _difference_on_other_data(cmp, bufs: Sequence[Buf],
@@ -379,15 +387,17 @@ def certify(p: Program) -> tuple[bool, str]:
   """Whether an exact in-place program of `p` is exhibited: its reads tied by hand
   (`program.reference_source`, without and with a tie after each update), compiled
   with barriers kept (with and without small-loop hoisting), copies no buffer (>= 1 KiB) and gives jax.jit's outputs bit
-  for bit on the program's inputs and, where those are not normal data, on normal
-  ones (integer data hides a changed rounding). (True/False, what was found.)
+  for bit on the program's inputs, on normal ones where those are not normal
+  data (integer data hides a changed rounding), and on tiny ones (`_host_data`:
+  a multiply-add left unfused rounds alike elsewhere). (True/False, what was
+  found.)
 
   A certificate from values, not from the kernels: it says such a program exists
   on these inputs; False says only that this one placement of ties copies or
   changes a value, not that no exact in-place order exists."""
   donate = tuple(range(len(p.bufs)))
   plain = build(p)
-  modes = [p.data] + (["normal"] if p.data != "normal" else [])
+  modes = [p.data] + (["normal"] if p.data != "normal" else []) + ["tiny"]
   want = [jax.jit(plain, donate_argnums=donate)(*make_inputs(p.bufs, p.data_seed, m))
           for m in modes]
   ours = tuple(compiler_options().items())
