@@ -784,6 +784,16 @@ def _by_scalar(eqn, producer) -> bool:
           and not C.is_literal(b.invars[0]) and b.invars[0].aval.shape == ())
 
 
+def _from_inputs(jaxpr, eqns) -> set:
+  """The inputs of `jaxpr` and the results of `eqns` (its equations, in order)
+  computed from them: chains of constants are left to XLA."""
+  live = set(jaxpr.invars)
+  for e in eqns:
+    if any(not C.is_literal(v) and v in live for v in e.invars):
+      live.update(e.outvars)
+  return live
+
+
 def _cloned(jaxpr, level: int, memo: dict):
   """`jaxpr` with each cheap equation (`fused_into_readers` at `level`) whose float
   result several equations read (and that depends on an input) computed once per
@@ -804,11 +814,7 @@ def _cloned(jaxpr, level: int, memo: dict):
   for e in jaxpr.eqns:
     new_params = _params_with(e.params, lambda j: _cloned(j, level, memo))
     eqns.append(e if new_params is None else e.replace(params=new_params))
-  # Which values depend on an input (constants' chains are left to XLA).
-  live = set(jaxpr.invars)
-  for e in eqns:
-    if any(not C.is_literal(v) and v in live for v in e.invars):
-      live.update(e.outvars)
+  live = _from_inputs(jaxpr, eqns)
   outs = set(v for v in jaxpr.outvars if not C.is_literal(v))
   made = {v: e for e in eqns for v in e.outvars}
   # Reverse pass: `readers[v]` are the (kept or cloned) equations reading v, each a
@@ -856,19 +862,19 @@ _SINK_DEPTH = 8
 
 
 def _moves_sunk(jaxpr, memo: dict):
-  """`jaxpr` with each slice, reshape or squeeze of a cheap elementwise result
-  (`fused_into_readers` at level 1, a float computed from an input) done to the
-  operation's operands instead, the operation then computed on the moved values,
-  at every depth: `(b * b)[0]` becomes `b[0] * b[0]`.
+  """`jaxpr` with each move (`_SINKS`: a slice, dynamic slice, squeeze, reshape or
+  tile) of a cheap elementwise result (`fused_into_readers` at level 1, a float
+  computed from an input) done to the operation's operands instead, the
+  operation then computed on the moved values, at every depth: `(b * b)[0]`
+  becomes `b[0] * b[0]`.
 
   XLA's fusions compute it so: a reader of the slice of an elementwise result
   computes the operation at the slice's elements, from the operands. The values
   are the same, element for element. What changes is where a read of a buffer
   sits: after the move it is a slice of the buffer, pure data movement, which a
   barrier may follow without changing arithmetic; the operation after it stays in
-  its reader's fusion, contracted as under jax.jit (fuzz seed 1000 #143: row 0 of
-  `b1 * b1` added into `b2[0]` in a loop after `b1`'s update, a multiply-add of
-  `b1[0]` under jax.jit)."""
+  its reader's fusion, as under jax.jit (fuzz seed 7400 #1954: rows and a column
+  of `b0 @ w * 0.125`, `jnp.resize`d, set into b0 after b0 is stepped)."""
   hit = memo.get(id(jaxpr))
   if hit is not None and hit[0] is jaxpr:
     return hit[1]
@@ -880,10 +886,7 @@ def _moves_sunk(jaxpr, memo: dict):
       e = e.replace(params=new_params)
       changed = True
     eqns.append(e)
-  live = set(jaxpr.invars)
-  for e in eqns:
-    if any(not C.is_literal(v) and v in live for v in e.invars):
-      live.update(e.outvars)
+  live = _from_inputs(jaxpr, eqns)
   made = {v: e for e in eqns for v in e.outvars}
 
   def sink(move, depth: int, moved: dict) -> list:
