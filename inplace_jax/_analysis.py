@@ -295,6 +295,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
   # Versions of the buffers left alone: an update of one continues it, and no
   # chain of ours may start there (the operand's type, out of any equation).
   alone = {v for v, x in zip(g.jaxpr.invars, left) if x}
+  # Versions an elementwise op made (a weak update): `_made_strongly_first`.
+  weakly: set[Any] = set()
   for k, eqn in enumerate(g.eqns):
     if alone:
       types = [v.aval for v in eqn.invars if not C.is_literal(v) and v in alone]
@@ -304,7 +306,7 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
             levels.get(v) or (STARTED if _can_start(g, v) else 0)
             for v in eqn.invars]
     if _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE):
-      cand = _unreturned_first(g, eqn, cand)
+      cand = _made_strongly_first(eqn, _unreturned_first(g, eqn, cand), weakly)
     info = _rules.eqn_info(eqn, cand, ctx)
     kept = []
     for use in info.uses:
@@ -317,6 +319,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
         st.roots[out] = st.roots.get(out, frozenset()) | st.roots.get(v, frozenset())
         st.updaters.setdefault(v, []).append((k, use))
         kept.append(use)
+        if not use.strong:
+          weakly.add(out)
     if len(kept) != len(info.uses):
       info = dataclasses.replace(info, uses=tuple(kept))
     st.infos.append(info)
@@ -338,6 +342,27 @@ def _unreturned_first(g: Graph, eqn, cand: list[int]) -> list[int]:
   if not kept or len(kept) == len(fits):
     return cand
   return [0 if i in fits and i not in kept else c for i, c in enumerate(cand)]
+
+
+def _made_strongly_first(eqn, cand: list[int], weakly: set) -> list[int]:
+  """The version levels an elementwise op may continue: where operands of the
+  result's type at the highest level include both a version an elementwise op
+  made (`weakly`) and one an update or the caller made, only the latter. The op
+  is then the next step of the buffer's chain of updates, and the other operand a
+  value computed from an older version (`jnp.where(b > 0, b, -v)` after
+  `v = b * b; b = b.at[i].set(...)`: the select continues the updated `b`, and
+  `-v`, made from `b` before its update, is a read of it; fuzz seed 7600 #8263)."""
+  out = eqn.outvars[0].aval
+  fits = [i for i, (v, c) in enumerate(zip(eqn.invars, cand)) if c
+          and _rules.same_type(v.aval, out)]
+  if len(fits) < 2:
+    return cand
+  top = max(cand[i] for i in fits)
+  fits = [i for i in fits if cand[i] == top]
+  strong = [i for i in fits if eqn.invars[i] not in weakly]
+  if not strong or len(strong) == len(fits):
+    return cand
+  return [0 if i in fits and i not in strong else c for i, c in enumerate(cand)]
 
 
 def _can_start(g: Graph, v) -> bool:
