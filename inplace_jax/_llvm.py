@@ -102,7 +102,7 @@ def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
   if constants:
     out = [_constant_loads(f, constants[n]) if n in constants else f
            for f, n in zip(out, names)]
-  return [_interned(_selects_branched(f)) for f in out]
+  return [_interned(_exact_scalings(_selects_branched(f))) for f in out]
 
 
 _FUNCTION_NAME = re.compile(r"@([\w.\-]+)\(")
@@ -298,6 +298,111 @@ def _llvm_float(text: str) -> str | None:
   if float(short) == value:
     return short
   return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+
+
+# A product by a power of two, `x * 0.5`, is exact wherever it is a normal
+# number, so where its only uses are compares and adds of a constant c with
+# |c| >= 2^-100, whether LLVM contracts such an add (an FMA) or not gives the
+# same bits: where the product is subnormal (flushed to zero or not), c + p
+# rounds to c either way (|p| < 2^-126, under half an ulp of c; measured in
+# tests/test_llvm.py, docs/xla_notes.md). `x * 0.5 + 1`, recomputed contracted
+# in jax.jit's readers' fusions and computed once, its product used twice, by a
+# sequenced program (fuzz seed 7600 #6490), is one value. Such a product is
+# written as the division it equals (`x / 2`, the same correctly rounded
+# quotient), which no add contracts. Not a product a kernel stores: a stored
+# value keeps its form, so that a recomputation of it elsewhere that an add
+# does contract is still matched with it, and refused (`_Semantics.refused`;
+# fuzz seed 7600 #5969, where a stored `dot * 0.125` written as a division let
+# jax.jit's kernel, which contracts it into an add of a variable, pass).
+_SCALING = re.compile(r"^fmul((?: [a-z]+)*) ((?:<\d+ x )?float>?) (.*)$")
+_FLOAT_LITERAL = re.compile(r"f0x[0-9A-Fa-f]{8}|0x[0-9A-Fa-f]{16}|-?\d\.\d+e[+-]\d+")
+_SCALED_SUM = re.compile(r"^(fadd|fsub)((?: [a-z]+)*) ((?:<\d+ x )?float>?) (.*)$")
+_NO_REORDER = frozenset({"reassoc", "fast", "arcp", "afn"})
+
+
+def _splat_value(text: str) -> float | None:
+  """The one value of a float constant operand (a literal, a splat, or a vector
+  of one literal: `_constant_value` of each), or None where it is no constant or
+  holds several values."""
+  if "%" in text or "@" in text:
+    return None
+  values = {_constant_value(m) for m in _FLOAT_LITERAL.findall(text)}
+  if len(values) != 1:
+    return None
+  (value,) = values
+  return None if value is None else float(value)
+
+
+def _power_of_two(value: float | None) -> bool:
+  return value is not None and value != 0 and math.frexp(abs(value))[0] == 0.5 \
+      and 2.0 ** -100 <= abs(value) <= 1.0
+
+
+def _exact_scalings(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
+  """`blocks` with each product by a power of two whose every use rounds alike
+  contracted or not, and that no kernel stores, written as the division it
+  equals (see `_SCALING`)."""
+  scalings: dict[str, tuple[str, str, str, float]] = {}
+  for lines in blocks.values():
+    for line in lines:
+      d = _DEFINE.match(line)
+      m = _SCALING.match(d.group(2)) if d else None
+      if m is None or _flags(m.group(1)) & _NO_REORDER:
+        continue
+      ops = _operands(m.group(3))
+      if len(ops) != 2:
+        continue
+      for i in (0, 1):
+        value = _splat_value(ops[1 - i])
+        if _VALUE.fullmatch(ops[i]) and _power_of_two(value):
+          scalings[d.group(1)] = (m.group(1), m.group(2), ops[i], value)
+          break
+  if not scalings:
+    return blocks
+
+  def harmless(name: str, line: str) -> bool:
+    d = _DEFINE.match(line)
+    text = d.group(2) if d else line
+    op = _opcode(text)
+    if op == "fcmp":
+      return True
+    if op in ("fadd", "fsub"):
+      m = _SCALED_SUM.match(text)
+      if m is None or _flags(m.group(2)) & _NO_REORDER:
+        return False
+      ops = _operands(m.group(4))
+      if len(ops) != 2 or name not in ops:
+        return False
+      other = _splat_value(ops[1 - ops.index(name)])
+      return other is not None and other != 0 and 2.0 ** -100 <= abs(other)
+    return False
+
+  for lines in blocks.values():
+    for line in lines:
+      used = set(_VALUE.findall(line)) & scalings.keys()
+      d = _DEFINE.match(line)
+      if d is not None:
+        used.discard(d.group(1))
+      for name in used:
+        if not harmless(name, line):
+          scalings.pop(name)
+  if not scalings:
+    return blocks
+  out: dict[str, list[str]] = {}
+  for label, lines in blocks.items():
+    new = []
+    for line in lines:
+      d = _DEFINE.match(line)
+      hit = scalings.get(d.group(1)) if d else None
+      if hit is not None:
+        flags, ty, x, value = hit
+        divisor = _llvm_float(repr(1.0 / value))
+        lanes = _WIDTH.match(ty)
+        c = f"splat (float {divisor})" if lanes else divisor
+        line = f"{d.group(1)} = fdiv{flags} {ty} {x}, {c}"
+      new.append(line)
+    out[label] = new
+  return out
 
 
 # A select on one (scalar) condition, a compare of one use, one of whose values
