@@ -752,6 +752,59 @@ def matmul_rows_set_in_nested_branches(b0):
   return (b0,)
 
 
+def where_continues_the_row_set_not_the_square(b0):
+  """Fuzz seed 7600 #8263. `jnp.where(b0 > 0, b0, -v1)` has two operands of the
+  buffer's type: the updated b0 and `-v1`, made elementwise from b0 before its
+  updates. The select continues the updated b0 (`_analysis._made_strongly_first`);
+  continuing `-v1` instead, the plan followed no chain from b0 to the output and
+  tied nothing."""
+  b0 = b0.at[jnp.int32(13)].set(-2.0)
+  v1 = b0 * b0
+  b0 = b0.at[10, 17].set(jnp.max(v1))
+  b0 = jnp.where(b0 > 0, b0, -v1)
+  v2 = b0[jnp.array([10, 6, 9], dtype=jnp.int32)]
+  return (b0, v2)
+
+
+def half_plus_one_set_back_in_rows_and_columns(b0):
+  """Fuzz seed 7600 #4984. `v1 = b0 * 0.5 + 1` is read after b0's updates. jax.jit
+  recomputes it in each reader's fusion, contracted; the sequenced program
+  computes it once. A product by a power of two with a constant added rounds alike
+  fused or not (`_llvm._exact_scalings`); read as different, every candidate was
+  refused."""
+  v1 = b0 * 0.5 + 1.0
+  b0 = b0.at[jnp.argmin(b0[:, 17]) % 24, 7:30].set(-jnp.resize(v1, (23,)))
+  v2 = jax.vmap(lambda r: r @ (jnp.arange(256, dtype=jnp.float32).reshape(32, 8) % 7 - 3)
+                * 0.125)(b0)
+  b0 = b0.at[0:24, 14:22].set(v2[0:24, 0:8])
+  b0 = b0.at[jnp.argmax(b0[20]) % 24, 30:32].set(jnp.resize(v1, (2,)))
+  return (b0, v2, v1)
+
+
+def row_step_window_and_swap_in_custom_jvp(b0):
+  """Fuzz seed 7600 #3926 (dead code left out). Inside a `custom_jvp` body, b0 is
+  stepped by its row 9, a window set from that row, and rows 13 and 29 swapped.
+  The barrier after the window's update changed the arithmetic of the step that
+  reads it; the next round now drops it (`_jit._posted_updates` of the changed
+  operation's operands, in sub-plans too) instead of untying the reads."""
+  v1 = jax.vmap(lambda r: r @ (jnp.arange(1024, dtype=jnp.float32).reshape(32, 32) % 7 - 3)
+                * 0.125)(b0)
+  b0 = b0 + v1 * -0.25
+  def fn2(b0):
+    v3 = b0[9]
+    b0 = b0 + v3 * -0.01
+    b0 = lax.dynamic_update_slice(b0, -jnp.resize(v3, (32, 19)),
+                                  (jnp.argmin(b0[:, 29]) % 1, jnp.argmin(b0[:, 3]) % 14))
+    v4 = b0[13]
+    b0 = b0.at[13].set(b0[29])
+    b0 = b0.at[29].set(v4)
+    return (b0, jnp.max(v4))
+  fn2c = jax.custom_jvp(fn2)
+  fn2c.defjvp(lambda p, t: (fn2(*p), fn2(*t)))
+  (b0, _) = fn2c(b0)
+  return (b0,)
+
+
 def window_set_and_matmul_in_custom_vjp_then_step(b0, b1, b2):
   """Fuzz seed 7000 #412. A `custom_vjp` function sets a window of b2, then reads
   b2 through a matmul into a window of b1; after it, `b2 * 0.5 + v4` updates b2.
@@ -891,6 +944,12 @@ CASES = {
     "where_then_row_scaled_out": (where_then_row_scaled_out, _normal((32, 16)), (0,), ()),
     "matmul_rows_set_in_nested_branches": (
         matmul_rows_set_in_nested_branches, _normal((24, 32)), (0,), ()),
+    "where_continues_the_row_set_not_the_square": (
+        where_continues_the_row_set_not_the_square, _normal((16, 24)), (0,), ()),
+    "half_plus_one_set_back_in_rows_and_columns": (
+        half_plus_one_set_back_in_rows_and_columns, _normal((24, 32)), (0,), ()),
+    "row_step_window_and_swap_in_custom_jvp": (
+        row_step_window_and_swap_in_custom_jvp, _normal((32, 32)), (0,), ()),
     "window_set_to_a_constant_then_stepped": (
         window_set_to_a_constant_then_stepped, _normal((16, 16), (8, 12)), (0,), ()),
     "step_passed_into_one_trip_scan_that_updates_its_buffer": (
