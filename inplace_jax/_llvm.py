@@ -346,15 +346,15 @@ def _exact_scalings(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
   for lines in blocks.values():
     for line in lines:
       d = _DEFINE.match(line)
-      m = _SCALING.match(d.group(2)) if d else None
-      if m is None or _flags(m.group(1)) & _NO_REORDER:
+      m = _SCALING.match(d.group(2)) if d is not None else None
+      if d is None or m is None or _flags(m.group(1)) & _NO_REORDER:
         continue
       ops = _operands(m.group(3))
       if len(ops) != 2:
         continue
       for i in (0, 1):
         value = _splat_value(ops[1 - i])
-        if _VALUE.fullmatch(ops[i]) and _power_of_two(value):
+        if value is not None and _VALUE.fullmatch(ops[i]) and _power_of_two(value):
           scalings[d.group(1)] = (m.group(1), m.group(2), ops[i], value)
           break
   if not scalings:
@@ -393,8 +393,8 @@ def _exact_scalings(blocks: dict[str, list[str]]) -> dict[str, list[str]]:
     new = []
     for line in lines:
       d = _DEFINE.match(line)
-      hit = scalings.get(d.group(1)) if d else None
-      if hit is not None:
+      hit = scalings.get(d.group(1)) if d is not None else None
+      if d is not None and hit is not None:
         flags, ty, x, value = hit
         divisor = _llvm_float(repr(1.0 / value))
         lanes = _WIDTH.match(ty)
