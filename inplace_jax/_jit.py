@@ -794,21 +794,10 @@ def _next_hints(hints: _plan.Hints, cand: Candidate, plain: Candidate, min_bytes
 def _posted_updates(plan: _plan.Plan | None) -> frozenset:
   """The source keys of the updates `plan` and its sub-plans place a barrier
   after (in a `custom_jvp` body too: fuzz seed 7600 #3926)."""
-  out: set = set()
-  seen: set[int] = set()
-
-  def visit(q: _plan.Plan) -> None:
-    if id(q) in seen:
-      return
-    seen.add(id(q))
-    out.update(source_key(q.jaxpr.eqns[b.update]) for b in q.barriers if b.kind == "post")
-    for info in q.infos:
-      for _, sub in info.subplans:
-        visit(sub)
-
-  if plan is not None:
-    visit(plan)
-  return frozenset(out)
+  if plan is None:
+    return frozenset()
+  return frozenset(source_key(q.jaxpr.eqns[b.update]) for q in plan.plans()
+                   for b in q.barriers if b.kind == "post")
 
 
 def _improves(cand: Candidate, best: Candidate, plain: Candidate, min_bytes: int) -> bool:

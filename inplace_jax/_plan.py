@@ -216,16 +216,28 @@ class Plan:
         uniq.append(c)
     return tuple(uniq)
 
-  def stats(self) -> dict[str, int]:
-    """Counts over this plan and its sub-plans (each distinct sub-plan once)."""
-    counts = {"barriers": 0, "splits": 0, "moved": 0, "lowered_conds": 0,
-              "predicated_loops": 0}
+  def plans(self) -> list[Plan]:
+    """This plan and its sub-plans at every depth, each distinct one once."""
+    out: list[Plan] = []
     seen: set[int] = set()
 
     def visit(p: Plan) -> None:
       if id(p) in seen:
         return
       seen.add(id(p))
+      out.append(p)
+      for info in p.infos:
+        for _, sub in info.subplans:
+          visit(sub)
+
+    visit(self)
+    return out
+
+  def stats(self) -> dict[str, int]:
+    """Counts over this plan and its sub-plans (each distinct sub-plan once)."""
+    counts = {"barriers": 0, "splits": 0, "moved": 0, "lowered_conds": 0,
+              "predicated_loops": 0}
+    for p in self.plans():
       counts["barriers"] += len(p.barriers)
       counts["splits"] += len(p.splits)
       counts["moved"] += len(p.moved)
@@ -234,10 +246,6 @@ class Plan:
         stat = getattr(info.action, "stat", None)
         if stat is not None:
           counts[stat] += 1
-        for _, sub in info.subplans:
-          visit(sub)
-
-    visit(self)
     return counts
 
   def __str__(self) -> str:
