@@ -353,32 +353,25 @@ class InplaceJitted:
     mine = cand.kernels.kernels()
     if mine is None:
       return cand
-    if "ir" not in plain_ir:
-      dump = plain.kernels or self._compiled_with_kernels(
+    if "dump" not in plain_ir:
+      plain_ir["dump"] = plain.kernels or self._compiled_with_kernels(
           p, args_flat, plain.jaxpr, plain.options)[1]
-      plain_ir["ir"] = None if dump is None else dump.kernels()
-    theirs = plain_ir["ir"]
+    dump = plain_ir["dump"]
+    theirs = None if dump is None else dump.kernels()
     if theirs is None:
       return cand
+    same = _same_kernels(mine, theirs, bool(cand.changed))
+    if not same and (mine.scaled or theirs.scaled):
+      # Each reading is exact on its own, so either one's "the same" is: an exact
+      # scaling one program stores and the other does not reads as a division in
+      # one and a product in the other (fuzz seed 7600 #101).
+      mine_raw, theirs_raw = cand.kernels.kernels(False), dump.kernels(False)
+      same = mine_raw is not None and theirs_raw is not None and _same_kernels(
+          mine_raw, theirs_raw, bool(cand.changed))
     if cand.changed:
-      if mine.values != theirs.values and not (
-          _llvm.same_up_to_materialisation(mine, theirs)
-          and not _llvm.recomputes_unloadably(mine, theirs)) and \
-          not _llvm.same_semantics(mine, theirs):
-        return cand
-      if _llvm.kernels_of_ambiguous_forms_differ(mine, theirs):
-        return cand
-      return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed)
-    if mine.contractions != theirs.contractions and not (
-        _llvm.contractions_match(mine, theirs)
-        and not _llvm.recomputes_unloadably(mine, theirs)) and \
-        not _llvm.same_semantics(mine, theirs):
-      return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
-    if _llvm.kernels_of_ambiguous_forms_differ(mine, theirs):
-      # Forms counted alike, but other kernels compute an expression formed two
-      # ways: which elements take which form is not known (fuzz seed 5100 #6690).
-      return dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
-    return cand
+      return dataclasses.replace(cand, changed=(), settled_by_ir=cand.changed) \
+          if same else cand
+    return cand if same else dataclasses.replace(cand, changed=(_llvm.CONTRACTIONS,))
 
   def _decide(self, p, args_flat) -> Signature:
     self._ref_sites = _ref_sites(C.params_jaxpr(p))
@@ -436,7 +429,7 @@ class InplaceJitted:
     aside (`Hints.bold`): the compiled fingerprint and kernels judge each
     candidate, as they judge every other."""
     candidates, plans, seen = [plain], [], []
-    plain_ir: dict[str, _llvm.Kernels | None] = {}   # read once, where needed
+    plain_ir: dict[str, _llvm.Dump | None] = {}   # jax.jit's kernels, read once, where needed
     best, best_plan = plain, None
 
     def run(hints: _plan.Hints, limit: int, bufs=buffers) -> _plan.Hints:
@@ -1146,3 +1139,23 @@ def jit(fun: Callable | None = None, *, donate_argnums: int | Sequence[int] | No
 
 
 C.hide_frames(_HERE)
+
+
+def _same_kernels(mine: _llvm.Kernels, theirs: _llvm.Kernels, changed: bool) -> bool:
+  """Whether two programs' kernels, read alike, compute the same values: where the
+  HLO shows operations computed in other forms (`changed`), the same expressions,
+  up to what one stores and the other recomputes, or the same per-lane rounding;
+  where it shows the same arithmetic, the same multiply-adds. Either way, no
+  expression formed two ways whose elements are not known
+  (`_llvm.kernels_of_ambiguous_forms_differ`, fuzz seed 5100 #6690)."""
+  if changed:
+    alike = mine.values == theirs.values or (
+        _llvm.same_up_to_materialisation(mine, theirs)
+        and not _llvm.recomputes_unloadably(mine, theirs))
+  else:
+    alike = mine.contractions == theirs.contractions or (
+        _llvm.contractions_match(mine, theirs)
+        and not _llvm.recomputes_unloadably(mine, theirs))
+  if not alike and not _llvm.same_semantics(mine, theirs):
+    return False
+  return not _llvm.kernels_of_ambiguous_forms_differ(mine, theirs)

@@ -74,7 +74,8 @@ def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
   """Each function of an LLVM module: its basic blocks, each a list of its
   instructions (metadata dropped); where `constants` gives a function's arguments
   that hold a constant (`constant_arguments`), a division or comparison reads the
-  constant instead of its load (`_constant_loads`)."""
+  constant instead of its load (`_constant_loads`). Selects LLVM branches are
+  split (`_selects_branched`); exact scalings are left to `_parsed`."""
   out: list[dict[str, list[str]]] = []
   names: list[str] = []
   blocks: dict[str, list[str]] | None = None
@@ -102,7 +103,7 @@ def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
   if constants:
     out = [_constant_loads(f, constants[n]) if n in constants else f
            for f, n in zip(out, names)]
-  return [_interned(_exact_scalings(_selects_branched(f))) for f in out]
+  return [_selects_branched(f) for f in out]
 
 
 _FUNCTION_NAME = re.compile(r"@([\w.\-]+)\(")
@@ -837,9 +838,12 @@ def _root_form(form: str) -> str:
   return _ROOT_USES.sub("", form)
 
 
-def _parsed(texts: Iterable[str], constants: dict[str, dict[int, str]] | None = None
-            ) -> list[dict[str, list[str]]]:
-  return [blocks for text in texts for blocks in _functions(text, constants)]
+def _parsed(texts: Iterable[str], constants: dict[str, dict[int, str]] | None = None,
+            scalings: bool = True) -> list[dict[str, list[str]]]:
+  """The functions of `texts` (`_functions`), with exact power-of-two scalings
+  read as divisions where `scalings` (`_exact_scalings`)."""
+  return [_interned(_exact_scalings(blocks) if scalings else blocks)
+          for text in texts for blocks in _functions(text, constants)]
 
 
 def _values(functions: Sequence[dict[str, list[str]]], product_uses_only: bool = False,
@@ -923,18 +927,28 @@ class Kernels:
   contractions: frozenset    # `contractions`
   # The parsed kernels, for `same_up_to_materialisation`.
   functions: tuple = dataclasses.field(default=(), compare=False, repr=False)
+  # Whether the reading wrote some product as a division (`_exact_scalings`):
+  # where neither program's was, the reading without them is this one.
+  scaled: bool = dataclasses.field(default=False, compare=False)
 
 
-def read(texts: Sequence[str], constants: dict[str, dict[int, str]] | None = None
-         ) -> Kernels | None:
+def read(texts: Sequence[str], constants: dict[str, dict[int, str]] | None = None,
+         scalings: bool = True) -> Kernels | None:
   """Both views of the kernels in `texts`, or None when there is none to read;
   `constants`: the constant arguments of the program's kernels
-  (`constant_arguments`)."""
-  functions = _parsed(texts, constants)
+  (`constant_arguments`); `scalings`: exact power-of-two scalings read as the
+  divisions they equal (`_exact_scalings`)."""
+  return _read([f for text in texts for f in _functions(text, constants)], scalings)
+
+
+def _read(raw: Sequence[dict[str, list[str]]], scalings: bool) -> Kernels | None:
+  scaled = [_exact_scalings(f) for f in raw] if scalings else list(raw)
+  functions = [_interned(f) for f in scaled]
   values, shares = _values(functions), _contractions(functions)
   if values is None or shares is None:
     return None
-  return Kernels(frozenset(values.items()), shares, tuple(functions))
+  return Kernels(frozenset(values.items()), shares, tuple(functions),
+                 scaled=any(a is not b for a, b in zip(scaled, raw)))
 
 
 def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
@@ -1076,13 +1090,18 @@ class Dump:
   def __init__(self, texts: Sequence[str], hlo: Callable[[], str] | None = None):
     self._texts: Sequence[str] | None = texts
     self._hlo = hlo               # the program's optimised HLO text, on first use
-    self._kernels: Kernels | None = None
+    self._raw: list[dict[str, list[str]]] = []
+    self._kernels: dict[bool, Kernels | None] = {}
 
-  def kernels(self) -> Kernels | None:
+  def kernels(self, scalings: bool = True) -> Kernels | None:
+    """The kernels read with exact scalings as divisions (`read`), or without."""
     if self._texts is not None:
       constants = constant_arguments(self._hlo()) if self._hlo is not None else None
-      self._kernels, self._texts, self._hlo = read(self._texts, constants), None, None
-    return self._kernels
+      self._raw = [f for text in self._texts for f in _functions(text, constants)]
+      self._texts, self._hlo = None, None
+    if scalings not in self._kernels:
+      self._kernels[scalings] = _read(self._raw, scalings)
+    return self._kernels[scalings]
 
 
 # --------------------------------------------------------------------------- semantics

@@ -781,6 +781,23 @@ def half_plus_one_set_back_in_rows_and_columns(b0):
   return (b0, v2, v1)
 
 
+def rows_set_to_three_then_halved_in_a_switch(b0, b1):
+  """Fuzz seed 7600 #101, shrunk. In jax.jit's kernels the product `0.5 * b1` of
+  `3 - 0.5 * b1` (the rows set to 3) has no other use and reads as the division
+  `b1 / 2` (`_llvm._exact_scalings`); in the sequenced program's kernels it has
+  other uses and reads as a product. Each reading alone is exact; read without the
+  divisions, the two programs compute the same values up to what one stores, and
+  the candidate runs (`_jit._same_kernels` on either reading)."""
+  b0 = b0.at[18:24].set(3.0)
+  b0 = b0 - 0.5 * b1
+
+  def halved(b0):
+    return b0 * 0.5 + b0[23]
+
+  b0 = lax.switch(jnp.argmax(b1[5]) % 4, [halved, lambda b0: b0], b0)
+  return (b0, b1)
+
+
 def row_step_window_and_swap_in_custom_jvp(b0):
   """Fuzz seed 7600 #3926 (dead code left out). Inside a `custom_jvp` body, b0 is
   stepped by its row 9, a window set from that row, and rows 13 and 29 swapped.
@@ -948,6 +965,8 @@ CASES = {
         where_continues_the_row_set_not_the_square, _normal((16, 24)), (0,), ()),
     "half_plus_one_set_back_in_rows_and_columns": (
         half_plus_one_set_back_in_rows_and_columns, _normal((24, 32)), (0,), ()),
+    "rows_set_to_three_then_halved_in_a_switch": (
+        rows_set_to_three_then_halved_in_a_switch, _normal((24, 32), (24, 32)), (0, 1), ()),
     "row_step_window_and_swap_in_custom_jvp": (
         row_step_window_and_swap_in_custom_jvp, _normal((32, 32)), (0,), ()),
     "window_set_to_a_constant_then_stepped": (

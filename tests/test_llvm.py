@@ -134,7 +134,7 @@ def test_ir_too_deep_to_read_settles_nothing(monkeypatch):
   by the IR, and the HLO's verdict stands (the copy stays), values as jax.jit's."""
   def too_deep(*args, **kwargs):
     raise RecursionError("maximum recursion depth exceeded")
-  monkeypatch.setattr(_llvm, "read", too_deep)
+  monkeypatch.setattr(_llvm, "_read", too_deep)
   r = compare(scaled_row_after_scatter, _fresh((16, 16)))
   assert r.ref_report.buffer_copies(1024), "jax.jit's program copies the buffer"
   sig = r.fn.signatures[-1]
