@@ -388,8 +388,16 @@ def pick_successors(st: _State) -> None:
   for v, ups in st.updaters.items():
     strong = [u for u in ups if u[1].strong]
     weak = [u for u in ups if not u[1].strong]
-    if strong:
-      best = min(strong, key=lambda u: rank(v, u))    # stable: strong[0] on a tie
+    # stable: strong[0] on a tie
+    best = min(strong, key=lambda u: rank(v, u)) if strong else None
+    if best is not None and rank(v, best) == 2 and v not in g.outvars and any(
+        reaches_out.get(_out(st, *u)) for u in weak):
+      # No strong update leads to an output, and an elementwise op does: a loop
+      # that carries the buffer unchanged, whose result JAX forwards to the
+      # version before it, then `b * 2 + 7` returned. The op continues the
+      # buffer, and the loop is one more read of it (fuzz seed 7800 #580).
+      best = None
+    if best is not None:
       st.successor[v] = best
       if len(strong) > 1:
         other = next(u for u in strong if u is not best)

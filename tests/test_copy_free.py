@@ -798,6 +798,25 @@ def rows_set_to_three_then_halved_in_a_switch(b0, b1):
   return (b0, b1)
 
 
+def loop_carries_a_buffer_unchanged_then_stepped(b0, b1):
+  """Fuzz seed 7800 #580, shrunk by hand. A while loop whose condition reads b1
+  carries it unchanged while its body updates b0; JAX forwards the loop's result
+  for b1 to b1 itself, so `b1 * 2 + 7` reads b1, not the loop. The loop was b1's
+  only strong update and led to no output, so no chain reached b1's output and
+  nothing was tied; XLA ran the step before the loop and copied b1. The step now
+  continues b1, and the loop is a read of it, tied before the step
+  (`_analysis.pick_successors`)."""
+  def cond(c):
+    return c[0] < 1 + (c[2][13, 1] > 0).astype(jnp.int32)
+
+  def body(c):
+    i, b0, b1 = c
+    return (i + 1, b0.at[i % 8].add(1.0), b1)
+
+  _, b0, b1 = lax.while_loop(cond, body, (0, b0, b1))
+  return b0, b1 * 2 + 7
+
+
 def row_step_window_and_swap_in_custom_jvp(b0):
   """Fuzz seed 7600 #3926 (dead code left out). Inside a `custom_jvp` body, b0 is
   stepped by its row 9, a window set from that row, and rows 13 and 29 swapped.
@@ -967,6 +986,8 @@ CASES = {
         half_plus_one_set_back_in_rows_and_columns, _normal((24, 32)), (0,), ()),
     "rows_set_to_three_then_halved_in_a_switch": (
         rows_set_to_three_then_halved_in_a_switch, _normal((24, 32), (24, 32)), (0, 1), ()),
+    "loop_carries_a_buffer_unchanged_then_stepped": (
+        loop_carries_a_buffer_unchanged_then_stepped, _normal((16, 16), (32, 32)), (0, 1), ()),
     "row_step_window_and_swap_in_custom_jvp": (
         row_step_window_and_swap_in_custom_jvp, _normal((32, 32)), (0,), ()),
     "window_set_to_a_constant_then_stepped": (
