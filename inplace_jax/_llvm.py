@@ -1712,9 +1712,33 @@ class _Semantics:
     return self.refused
 
   def groups(self) -> list[tuple[str, str]]:
-    """(unresolved form, resolved form) of every value that rounds at its root."""
+    """(unresolved form, resolved form) of every value that rounds at its root,
+    and of every comparison of such a value (`compared`)."""
     return [(self.form(name, False, True)[0], self.form(name, True, True)[0])
-            for name in self.rounding()]
+            for name in self.roots()]
+
+  def roots(self) -> list[str]:
+    """The values `groups` reads: `rounding`, then `compared`."""
+    return self.rounding() + self.compared()
+
+  def compared(self) -> list[str]:
+    """The comparisons with an operand that rounds at its root (read as a load
+    where stored), in text order. A comparison rounds nothing, but which rounded
+    value it compares decides what a select picks: `b - 0.1 * r > 0` and
+    `b > 0.1 * r` round the same values and, where the difference is flushed to
+    zero, pick differently (fuzz seed 7900 #659, tiny data). A comparison of
+    picks and loads alone (an argmin's running minimum) is left out: it reads the
+    same values however a loop lays it out."""
+    out = []
+    for name, text in self.rhs.items():
+      if _FCMP.match(text) is None:
+        continue
+      form = self.form(name, False, True)[0]
+      head = _COMPARE_HEAD.match(form)
+      if head is not None and any(
+          _ROUNDING_OPERAND.match(o) for o in _top_level(form[head.end():])):
+        out.append(name)
+    return out
 
   def rounding(self) -> list[str]:
     """The values that round at their root, in text order."""
@@ -1726,6 +1750,27 @@ class _Semantics:
                            and not _EXACT_REDUCE.search(text)):
         out.append(name)
     return out
+
+
+# A comparison's form (`_Semantics.form`) up to its operands, and an operand
+# that is a rounding operation (where stored, the form reads it as a load).
+_COMPARE_HEAD = re.compile(r"^fcmp (?:\w+ )+?(?:<\d+ x \w+>|\w+) ")
+_ROUNDING_OPERAND = re.compile(r"^\(\^?\(?(?:%s)\b" % "|".join(sorted(_ROUNDS)))
+
+
+def _top_level(text: str) -> list[str]:
+  """`text` split at its commas outside parentheses and brackets."""
+  out, depth, start = [], 0, 0
+  for i, ch in enumerate(text):
+    if ch in "([<":
+      depth += 1
+    elif ch in ")]>":
+      depth -= 1
+    elif ch == "," and depth == 0:
+      out.append(text[start:i].strip())
+      start = i + 1
+  out.append(text[start:].strip())
+  return out
 
 
 _STORE_CONSTANT = re.compile(
@@ -1948,7 +1993,7 @@ def _form_table(k: Kernels, materialised: frozenset[str]):
     per: dict[str, list[str]] = collections.defaultdict(list)
     at: dict[str, list[str]] = collections.defaultdict(list)
     pairs = _groups(blocks, materialised)[0]
-    names = _Semantics(blocks, materialised).rounding() if pairs else []
+    names = _Semantics(blocks, materialised).roots() if pairs else []
     for (g, r), name in zip(pairs, names, strict=True):
       forms[g].add(r)
       per[g].append(r)

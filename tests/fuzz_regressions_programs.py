@@ -1439,6 +1439,20 @@ def two_scatter_adds_then_step_in_one_trip_scan(b0, b1, b2):
   return (b0, b1, b2, v1, v4,)
 
 
+def row_step_then_where_on_its_sign(b1):
+  """Long run seed 7900 #659, commit 6f2dff5 (wrong at 0147f92 too), shrunk by
+  hand. Oracle: inexact, on tiny data: 8 of 1,584 elements of `b1`, up to
+  1.2e-36. The sequenced program's kernel for the select compares `b1 > 0.1 * v3`
+  (the old `b1` and the product), where jax.jit's compares the difference with 0;
+  the difference is flushed to zero where it is subnormal, so the two pick
+  differently there. The kernels' semantic reading compared the
+  values that round and no comparison; it now also compares every comparison of
+  such a value (`_llvm._Semantics.compared`)."""
+  v3 = b1[18]
+  b1 = b1 + v3 * -0.1
+  return jnp.where(b1 > 0, b1, jnp.resize(v3, (33, 48)))
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1575,4 +1589,6 @@ REGRESSIONS = [
           data="integer", data_seed=1318570866),
     _case(two_scatter_adds_then_step_in_one_trip_scan, f32("b0", 16, 32),
           f32("b1", 16, 32), f32("b2", 16, 32), data="normal", data_seed=1098551784),
+    _case(row_step_then_where_on_its_sign, f32("b1", 33, 48), data="normal",
+          data_seed=1066362855),
 ]
