@@ -10,7 +10,8 @@ Pure text, like `_hlo.py`. A copy is one of four kinds (`CopyInfo.category`):
   copy; the fix is to donate it).
 * `"layout"`: it changes an array's layout (XLA spells transposes as `copy`) or sits
   inside a fusion, where `copy` is part of the fused loop, not a buffer of its own.
-* `"temporary"`: anything else (random-number state, a slice kept for later).
+* `"temporary"`: anything else (random-number state, a slice kept for later, a
+  new value returned at several positions none of which is a donated buffer's).
 
 Versions are found by following the donated entry parameters forward through what
 updates a value or passes it on: tuples, bitcasts, copies, dynamic-update-slice and
@@ -271,6 +272,9 @@ def classify(module: HloModule, copies: tuple[CopyInfo, ...],
   donated = frozenset(donated)
   lineages = _Lineages(module, donated)
   into = _into_donated(module, donated)
+  # The entry result positions that reuse a donated parameter's buffer.
+  aliased = {a.output_index[0] for a in module.aliases
+             if a.output_index and a.parameter in donated}
   names = module.arguments
   out = []
   for c in copies:
@@ -287,6 +291,15 @@ def classify(module: HloModule, copies: tuple[CopyInfo, ...],
     c = dataclasses.replace(c, category=category, buffer=buffer, buffer_parameter=param)
     if category == "buffer":
       cause = _explain.explain(module, c, into_buffer, functools.partial(_versions, lineages, comp))
+      if cause is not None and cause.twice and not into_buffer and \
+          not (set(cause.outputs) | set(cause.twice)) & aliased:
+        # One value returned at several positions, none of them a donated
+        # buffer's output: each position needs a buffer of its own, and the copy
+        # is of a new value (`b * b` returned twice, fuzz seed 7900 #120), not
+        # of a buffer updated in place, under any order.
+        out.append(dataclasses.replace(c, category="temporary", buffer=None,
+                                       buffer_parameter=None))
+        continue
       if cause is not None:
         c = dataclasses.replace(c, cause=cause.text(buffer), readers=cause.readers,
                                 writer=cause.writer)

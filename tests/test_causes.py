@@ -56,6 +56,23 @@ def test_a_value_returned_twice_is_not_an_old_value_kept():
     assert "old value" not in c.cause, c.cause
 
 
+def _new_value_returned_twice(s, x):
+  sq = s["c"] * s["c"]
+  c = s["c"].at[3].multiply(x[0] + 1)
+  return {"c": c}, sq, sq
+
+
+def test_a_new_value_returned_twice_is_no_buffer_copy():
+  # `sq` is output 1 and output 2, neither a donated buffer's: XLA copies it into
+  # one of them under any order. A copy of a new value, not of a buffer updated
+  # in place (fuzz seed 7900 #120): no buffer copy says so, and nothing warns.
+  r = compare(_new_value_returned_twice, *_state())
+  for report in (r.ref_report, r.report):
+    assert not any("the same value" in (c.cause or "") for c in report.buffer_copies()), report
+    dup = [c for c in report.copies if c.nbytes == 64 * 512 * 4 and c.category == "temporary"]
+    assert dup, report
+
+
 def test_an_old_value_returned_is_kept_for_that_output():
   r = compare(_old_value_returned, *_state())
   line = _line(_old_value_returned, ".at[3].multiply")
