@@ -390,12 +390,14 @@ def pick_successors(st: _State) -> None:
     weak = [u for u in ups if not u[1].strong]
     # stable: strong[0] on a tie
     best = min(strong, key=lambda u: rank(v, u)) if strong else None
-    if best is not None and rank(v, best) == 2 and v not in g.outvars and any(
-        reaches_out.get(_out(st, *u)) for u in weak):
-      # No strong update leads to an output, and an elementwise op does: a loop
-      # that carries the buffer unchanged, whose result JAX forwards to the
-      # version before it, then `b * 2 + 7` returned. The op continues the
-      # buffer, and the loop is one more read of it (fuzz seed 7800 #580).
+    if best is not None and rank(v, best) == 2:
+      # No strong update leads to an output: a loop that carries the buffer
+      # unchanged, whose result JAX forwards to the version before it. Chosen,
+      # it would end the chain at a version nothing returns, and the whole chain
+      # would be dropped. Instead the version is returned itself (the chain ends
+      # there: fuzz seed 7900 #1253, a row set, then such a loop), or an
+      # elementwise op continues it (`b * 2 + 7` after the loop, returned: fuzz
+      # seed 7800 #580); the loop is one more read of it.
       best = None
     if best is not None:
       st.successor[v] = best

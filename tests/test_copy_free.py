@@ -817,6 +817,30 @@ def loop_carries_a_buffer_unchanged_then_stepped(b0, b1):
   return b0, b1 * 2 + 7
 
 
+def rows_swapped_then_a_loop_sums_a_column(b1, b0):
+  """Fuzz seed 7900 #1253, shrunk. Rows of b0 and b1 swapped, then a while loop
+  carries b1 unchanged (JAX returns the swapped b1 itself for the loop's result)
+  while summing a column read after the swap. The loop, b1's last strong update,
+  led to no output; chosen to continue b1 anyway, it ended the chain at a value
+  nothing returns, and the whole chain, the swap's ordering included, was dropped
+  (`_analysis.pick_successors`)."""
+  v8 = b0[20, 0:32]
+  v9 = b1[13, 0:32]
+  b0 = b0.at[20, 0:32].set(v9)
+  b1 = b1.at[13, 0:32].set(v8)
+  col = b1[:, 22]
+
+  def cond(c):
+    return c[0] < (c[1][13, 8] > 0).astype(jnp.int32)
+
+  def body(c):
+    i, b1, acc = c
+    return (i + 1, b1, acc + jnp.sum(col))
+
+  _, b1, total = lax.while_loop(cond, body, (0, b1, jnp.float32(0)))
+  return total, b1, b0
+
+
 def row_step_window_and_swap_in_custom_jvp(b0):
   """Fuzz seed 7600 #3926 (dead code left out). Inside a `custom_jvp` body, b0 is
   stepped by its row 9, a window set from that row, and rows 13 and 29 swapped.
@@ -988,6 +1012,8 @@ CASES = {
         rows_set_to_three_then_halved_in_a_switch, _normal((24, 32), (24, 32)), (0, 1), ()),
     "loop_carries_a_buffer_unchanged_then_stepped": (
         loop_carries_a_buffer_unchanged_then_stepped, _normal((16, 16), (32, 32)), (0, 1), ()),
+    "rows_swapped_then_a_loop_sums_a_column": (
+        rows_swapped_then_a_loop_sums_a_column, _normal((16, 32), (24, 64)), (0, 1), ()),
     "row_step_window_and_swap_in_custom_jvp": (
         row_step_window_and_swap_in_custom_jvp, _normal((32, 32)), (0,), ()),
     "window_set_to_a_constant_then_stepped": (
