@@ -191,12 +191,29 @@ def reads_across_barrier(jaxpr) -> bool:
   the fusion overwrites rows it reads later. Seen once, a clone round's candidate
   (`x = x + x[21] * c` after the tie; 240 of 768 elements wrong); such a program
   is never compiled (`inplace_jax.jit`)."""
+  return _reads_across_barrier(jaxpr, {})
+
+
+def _reads_across_barrier(jaxpr, origin: dict) -> bool:
+  """`reads_across_barrier`, where `origin` maps some invars of `jaxpr` (a call's
+  body, which XLA inlines) to the caller's values they are computed from by
+  operations XLA fuses (`_origins`): two of them from one value are one buffer
+  to XLA (a column sliced outside a `jax.checkpoint` body and the buffer its
+  `jnp.where` writes over inside it, fuzz seed 7800 #4965)."""
   producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
               if not C.is_drop_var(v)}
   tied: dict[Any, Any] = {}     # a barrier's output -> its input, for arrays
   for e in jaxpr.eqns:
     subs = list(C.sub_jaxprs(e.params))
-    if any(reads_across_barrier(j) for j in subs):
+    inlined = e.primitive in _INLINED_CALLS and len(subs) == 1 and \
+        len(subs[0].invars) == len(e.invars)
+    if inlined:
+      inner = {i: _origins(u, jaxpr, producer, origin)
+               for i, u in zip(subs[0].invars, e.invars, strict=True)
+               if not C.is_literal(u)}
+      if _reads_across_barrier(subs[0], inner):
+        return True
+    elif any(_reads_across_barrier(j, {}) for j in subs):
       return True
     if e.primitive is C.optimization_barrier_p:
       tied.update((y, x) for x, y in zip(e.invars, e.outvars, strict=True)
@@ -211,10 +228,44 @@ def reads_across_barrier(jaxpr) -> bool:
           and getattr(o.aval, "dtype", None) == y.aval.dtype for o in e.outvars):
         continue
       for root in _elementwise_roots(y, tied, jaxpr, producer):
+        x = tied[root]
         if any(w is not y and not C.is_literal(w)
-               and _fused_from(w, tied[root], jaxpr, producer) for w in e.invars):
+               and (_fused_from(w, x, jaxpr, producer) or (origin and (
+                   _origins(w, jaxpr, producer, origin)
+                   & _origins(x, jaxpr, producer, origin))))
+               for w in e.invars):
           return True
   return False
+
+
+# Calls XLA inlines into their caller, whose body's operations fuse with it.
+_INLINED_CALLS = frozenset({C.jit_p, C.closed_call_p, C.core_call_p, C.remat_p,
+                            C.custom_jvp_call_p, C.custom_vjp_call_p})
+
+
+def _origins(w, jaxpr, producer, origin: dict) -> frozenset:
+  """The values `w` is computed from by operations XLA fuses into a loop
+  (`_LOOP_FUSED`), as the caller's values where `origin` maps an invar to them:
+  the invars and materialised values where that walk stops."""
+  out: set = set()
+  stack, seen = [w], set()
+  while stack:
+    v = stack.pop()
+    if v in seen or C.is_literal(v):
+      continue
+    seen.add(v)
+    k = producer.get(v)
+    if k is None:
+      out |= origin.get(v, {v})
+      continue
+    e = jaxpr.eqns[k]
+    if e.primitive is C.optimization_barrier_p or \
+        not _traits.any_of(e.primitive, _LOOP_FUSED) or \
+        _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.UPDATE):
+      out.add(v)
+      continue
+    stack.extend(e.invars)
+  return frozenset(out)
 
 
 # XLA:CPU's `small-while-loop-hoisting` threshold: a loop whose one iteration

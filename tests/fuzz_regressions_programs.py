@@ -1453,6 +1453,29 @@ def row_step_then_where_on_its_sign(b1):
   return jnp.where(b1 > 0, b1, jnp.resize(v3, (33, 48)))
 
 
+def column_read_outside_checkpoint_then_where_and_swap(b0):
+  """Long run seed 7800 #4965, commit 0147f92 (wrong there, found on tiny data;
+  this hand-shrunk form is wrong on normal data: 82 of 768 elements, up to 13).
+  The column `v1` is sliced outside the `jax.checkpoint` body and tiled into a
+  `jnp.where` over the buffer inside it, after a barrier on the buffer. XLA
+  inlines the body: the select's loop writes over the buffer while it reads the
+  column from the same buffer, which the barrier hid from XLA's in-place check.
+  `_rewrite.reads_across_barrier` saw only the body, where the column and the
+  buffer are two inputs; it now follows a call's inputs to the caller's values
+  (`_origins`), and such a candidate is never compiled."""
+  v1 = b0[:, 11:12]
+
+  def fn2(b0):
+    b0 = jnp.where(b0 > 0, b0, jnp.resize(v1, (32, 24)))
+    v5 = b0[20]
+    b0 = b0.at[20].set(b0[17])
+    b0 = b0.at[17].set(v5)
+    return b0, jnp.sum(b0[0, 0])
+
+  b0, v2 = jax.checkpoint(fn2)(b0)
+  return v2, -b0
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1591,4 +1614,6 @@ REGRESSIONS = [
           f32("b1", 16, 32), f32("b2", 16, 32), data="normal", data_seed=1098551784),
     _case(row_step_then_where_on_its_sign, f32("b1", 33, 48), data="normal",
           data_seed=1066362855),
+    _case(column_read_outside_checkpoint_then_where_and_swap, f32("b0", 32, 24),
+          data="normal", data_seed=1957556277),
 ]
