@@ -251,7 +251,7 @@ def _origins(w, jaxpr, producer, origin: dict) -> frozenset:
   stack, seen = [w], set()
   while stack:
     v = stack.pop()
-    if v in seen or C.is_literal(v):
+    if C.is_literal(v) or v in seen:
       continue
     seen.add(v)
     k = producer.get(v)
