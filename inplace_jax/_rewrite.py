@@ -195,11 +195,14 @@ def reads_across_barrier(jaxpr) -> bool:
 
 
 def _reads_across_barrier(jaxpr, origin: dict) -> bool:
-  """`reads_across_barrier`, where `origin` maps some invars of `jaxpr` (a call's
-  body, which XLA inlines) to the caller's values they are computed from by
-  operations XLA fuses (`_origins`): two of them from one value are one buffer
-  to XLA (a column sliced outside a `jax.checkpoint` body and the buffer its
-  `jnp.where` writes over inside it, fuzz seed 7800 #4965)."""
+  """`reads_across_barrier`, where `origin` maps each invar of `jaxpr` that is a
+  call's body XLA inlines to (the caller's value it is, what that value is
+  computed from by operations XLA fuses: `_reach`). A value inside computed from
+  the very value another invar is, is a read of that invar's buffer: a column
+  sliced outside a `jax.checkpoint` body and the buffer its `jnp.where` writes
+  over inside it (fuzz seed 7800 #4965). Not one computed from what that value
+  was computed from: that is another buffer (a matmul's result both stepped into
+  the buffer and read inside the body)."""
   producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
               if not C.is_drop_var(v)}
   tied: dict[Any, Any] = {}     # a barrier's output -> its input, for arrays
@@ -208,7 +211,8 @@ def _reads_across_barrier(jaxpr, origin: dict) -> bool:
     inlined = e.primitive in _INLINED_CALLS and len(subs) == 1 and \
         len(subs[0].invars) == len(e.invars)
     if inlined:
-      inner = {i: _origins(u, jaxpr, producer, origin)
+      inner = {i: (origin[u][0] if u in origin else u,
+                   _reach(u, jaxpr, producer, origin))
                for i, u in zip(subs[0].invars, e.invars, strict=True)
                if not C.is_literal(u)}
       if _reads_across_barrier(subs[0], inner):
@@ -230,9 +234,8 @@ def _reads_across_barrier(jaxpr, origin: dict) -> bool:
       for root in _elementwise_roots(y, tied, jaxpr, producer):
         x = tied[root]
         if any(w is not y and not C.is_literal(w)
-               and (_fused_from(w, x, jaxpr, producer) or (origin and (
-                   _origins(w, jaxpr, producer, origin)
-                   & _origins(x, jaxpr, producer, origin))))
+               and (_fused_from(w, x, jaxpr, producer) or (
+                   x in origin and origin[x][0] in _reach(w, jaxpr, producer, origin)))
                for w in e.invars):
           return True
   return False
@@ -243,10 +246,10 @@ _INLINED_CALLS = frozenset({C.jit_p, C.closed_call_p, C.core_call_p, C.remat_p,
                             C.custom_jvp_call_p, C.custom_vjp_call_p})
 
 
-def _origins(w, jaxpr, producer, origin: dict) -> frozenset:
-  """The values `w` is computed from by operations XLA fuses into a loop
-  (`_LOOP_FUSED`), as the caller's values where `origin` maps an invar to them:
-  the invars and materialised values where that walk stops."""
+def _reach(w, jaxpr, producer, origin: dict) -> frozenset:
+  """`w` and every value it is computed from by operations XLA fuses into a loop
+  (`_LOOP_FUSED`), through the invars `origin` maps to the caller's values, as
+  the outermost caller's names."""
   out: set = set()
   stack, seen = [w], set()
   while stack:
@@ -254,15 +257,17 @@ def _origins(w, jaxpr, producer, origin: dict) -> frozenset:
     if C.is_literal(v) or v in seen:
       continue
     seen.add(v)
+    if v in origin:
+      out |= origin[v][1]
+      continue
+    out.add(v)
     k = producer.get(v)
     if k is None:
-      out |= origin.get(v, {v})
       continue
     e = jaxpr.eqns[k]
     if e.primitive is C.optimization_barrier_p or \
         not _traits.any_of(e.primitive, _LOOP_FUSED) or \
         _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.UPDATE):
-      out.add(v)
       continue
     stack.extend(e.invars)
   return frozenset(out)
