@@ -674,13 +674,14 @@ def _lane_move(text: str) -> str | None:
   return None
 
 
-def _operands(text: str) -> list[str]:
-  """`text` split at its top-level commas."""
+def _operands(text: str, opening: str = "(", closing: str = ")") -> list[str]:
+  """`text` split at its commas outside the brackets `opening` and `closing` list
+  (parentheses only, by default)."""
   out, depth, start = [], 0, 0
   for i, ch in enumerate(text):
-    if ch == "(":
+    if ch in opening:
       depth += 1
-    elif ch == ")":
+    elif ch in closing:
       depth -= 1
     elif ch == "," and depth == 0:
       out.append(text[start:i].strip())
@@ -838,11 +839,11 @@ def _root_form(form: str) -> str:
   return _ROOT_USES.sub("", form)
 
 
-def _parsed(texts: Iterable[str], constants: dict[str, dict[int, str]] | None = None,
-            scalings: bool = True) -> list[dict[str, list[str]]]:
-  """The functions of `texts` (`_functions`), with exact power-of-two scalings
-  read as divisions where `scalings` (`_exact_scalings`)."""
-  return [_interned(_exact_scalings(blocks) if scalings else blocks)
+def _parsed(texts: Iterable[str], constants: dict[str, dict[int, str]] | None = None
+            ) -> list[dict[str, list[str]]]:
+  """The functions of `texts` (`_functions`), exact power-of-two scalings read as
+  divisions (`_exact_scalings`)."""
+  return [_interned(_exact_scalings(blocks))
           for text in texts for blocks in _functions(text, constants)]
 
 
@@ -1736,7 +1737,7 @@ class _Semantics:
       form = self.form(name, False, True)[0]
       head = _COMPARE_HEAD.match(form)
       if head is not None and any(
-          _ROUNDING_OPERAND.match(o) for o in _top_level(form[head.end():])):
+          _ROUNDING_OPERAND.match(o) for o in _operands(form[head.end():], "([<", ")]>")):
         out.append(name)
     return out
 
@@ -1756,21 +1757,6 @@ class _Semantics:
 # that is a rounding operation (where stored, the form reads it as a load).
 _COMPARE_HEAD = re.compile(r"^fcmp (?:\w+ )+?(?:<\d+ x \w+>|\w+) ")
 _ROUNDING_OPERAND = re.compile(r"^\(\^?\(?(?:%s)\b" % "|".join(sorted(_ROUNDS)))
-
-
-def _top_level(text: str) -> list[str]:
-  """`text` split at its commas outside parentheses and brackets."""
-  out, depth, start = [], 0, 0
-  for i, ch in enumerate(text):
-    if ch in "([<":
-      depth += 1
-    elif ch in ")]>":
-      depth -= 1
-    elif ch == "," and depth == 0:
-      out.append(text[start:i].strip())
-      start = i + 1
-  out.append(text[start:].strip())
-  return out
 
 
 _STORE_CONSTANT = re.compile(

@@ -233,11 +233,12 @@ def _reads_across_barrier(jaxpr, origin: dict) -> bool:
         continue
       for root in _elementwise_roots(y, tied, jaxpr, producer):
         x = tied[root]
-        if any(w is not y and not C.is_literal(w)
-               and (_fused_from(w, x, jaxpr, producer) or (
-                   x in origin and origin[x][0] in _reach(w, jaxpr, producer, origin)))
-               for w in e.invars):
-          return True
+        for w in e.invars:
+          if w is y or C.is_literal(w):
+            continue
+          reach = _reach(w, jaxpr, producer, origin)
+          if x in reach or (x in origin and origin[x][0] in reach):
+            return True
   return False
 
 
@@ -248,8 +249,9 @@ _INLINED_CALLS = frozenset({C.jit_p, C.closed_call_p, C.core_call_p, C.remat_p,
 
 def _reach(w, jaxpr, producer, origin: dict) -> frozenset:
   """`w` and every value it is computed from by operations XLA fuses into a loop
-  (`_LOOP_FUSED`), through the invars `origin` maps to the caller's values, as
-  the outermost caller's names."""
+  (`_LOOP_FUSED`: elementwise, data movement, slicing, predicates; no barrier,
+  reduction, update, dot, loop or call on the way), through the invars `origin`
+  maps to the caller's values, as the outermost caller's names."""
   out: set = set()
   stack, seen = [w], set()
   while stack:
@@ -404,28 +406,6 @@ def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
     stack.extend(u for u in e.invars if not C.is_literal(u)
                  and getattr(u.aval, "shape", None) == y.aval.shape)
   return roots
-
-
-def _fused_from(w, x, jaxpr, producer) -> bool:
-  """Whether `w` is `x` or computed from it by operations XLA fuses into a loop
-  (elementwise, data movement, slicing, predicates: no barrier, reduction, update,
-  dot, loop or call on the way)."""
-  stack, seen = [w], set()
-  while stack:
-    v = stack.pop()
-    if v is x:
-      return True
-    k = producer.get(v)
-    if k is None or v in seen:
-      continue
-    seen.add(v)
-    e = jaxpr.eqns[k]
-    if e.primitive is C.optimization_barrier_p or \
-        not _traits.any_of(e.primitive, _LOOP_FUSED) or \
-        _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.UPDATE):
-      continue
-    stack.extend(u for u in e.invars if not C.is_literal(u))
-  return False
 
 
 _UNFUSED = frozenset({C.dot_general_p})
