@@ -1288,6 +1288,11 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
   if not st.pre_read_eqns and not st.co_reads:
     return {}
   preds = g.predecessors()
+  # Each equation's place in an order every edge follows, read-before-update edges
+  # included: the search for a tied read's ancestors among some equations stops
+  # below the earliest of them (10,000 equations took 1.15 s, mostly these
+  # searches over the whole program).
+  order = _edge_order(g, preds)
   out: dict[int, set[int]] = {}
   for u, co in st.co_reads.items():
     # The users of an inlined loop's other results, tied with the buffer before
@@ -1298,8 +1303,9 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
     inputs = st.pre_read_eqns.get(u, set()) | {
         k for w in (*st.pre_versions.get(u, ()), *st.pre_reads.get(u, ()))
         if (k := g.producer.get(w)) is not None}
-    needed = inputs | _ancestors(preds, inputs)
-    later = {c for w in co for c, _ in g.uses(w) if c != u} - needed
+    later = {c for w in co for c, _ in g.uses(w) if c != u} - inputs
+    if later:
+      later -= _ancestors(preds, inputs, order, later)
     if later:
       out.setdefault(u, set()).update(later)
   for u, tied in st.pre_read_eqns.items():
@@ -1318,22 +1324,47 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
     # loop's other result that picks a branch reading this buffer).
     later = {c for w in ties for c, _ in g.uses(w) if c not in anc and c != u}
     if any(c < max(tied) for c in later):     # equations are in program order
-      later -= _ancestors(preds, tied)
+      later -= _ancestors(preds, tied, order, later)
     if later:
       out.setdefault(u, set()).update(later)
   return out
 
 
-def _ancestors(preds, eqns) -> set[int]:
-  """The equations `eqns` depend on (`preds`: each equation's predecessors)."""
+def _ancestors(preds, eqns, order: list[int] | None = None,
+               among: set[int] | None = None) -> set[int]:
+  """The equations `eqns` depend on (`preds`: each equation's predecessors); given
+  `order` (`_edge_order`) and `among`, only those placed no earlier than the
+  earliest of `among`, which holds every one of `among` they depend on: along a
+  path of predecessors the places only fall."""
+  place = order if order is not None and among else [0] * len(preds)
+  floor = min(place[k] for k in among) if order is not None and among else 0
   out: set[int] = set()
   stack = list(eqns)
   while stack:
     for y in preds[stack.pop()]:
-      if y not in out:
+      if y not in out and place[y] >= floor:
         out.add(y)
         stack.append(y)
   return out
+
+
+def _edge_order(g: Graph, preds) -> list[int] | None:
+  """Each equation's place in an order that every edge follows, program order where
+  no edge goes against it; None where the edges close a cycle."""
+  waiting = [len(p) for p in preds]
+  ready = [k for k in range(g.n) if not waiting[k]]
+  heapq.heapify(ready)
+  order = [0] * g.n
+  placed = 0
+  while ready:
+    k = heapq.heappop(ready)
+    order[k] = placed
+    placed += 1
+    for y in g.edges[k]:
+      waiting[y] -= 1
+      if not waiting[y]:
+        heapq.heappush(ready, y)
+  return order if placed == g.n else None
 
 
 def _made_by(st: _State, k: int, w, strong: bool) -> bool:
