@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -1292,7 +1292,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
   # included: the search for a tied read's ancestors among some equations stops
   # below the earliest of them (10,000 equations took 1.15 s, mostly these
   # searches over the whole program).
-  order = _edge_order(g, preds)
+  order = _edge_order(g)
   out: dict[int, set[int]] = {}
   for u, co in st.co_reads.items():
     # The users of an inlined loop's other results, tied with the buffer before
@@ -1348,23 +1348,16 @@ def _ancestors(preds, eqns, order: list[int] | None = None,
   return out
 
 
-def _edge_order(g: Graph, preds) -> list[int] | None:
+def _edge_order(g: Graph) -> list[int] | None:
   """Each equation's place in an order that every edge follows, program order where
   no edge goes against it; None where the edges close a cycle."""
-  waiting = [len(p) for p in preds]
-  ready = [k for k in range(g.n) if not waiting[k]]
-  heapq.heapify(ready)
+  found = _heap_order(range(g.n), g.edges.__getitem__)
+  if found is None:
+    return None
   order = [0] * g.n
-  placed = 0
-  while ready:
-    k = heapq.heappop(ready)
-    order[k] = placed
-    placed += 1
-    for y in g.edges[k]:
-      waiting[y] -= 1
-      if not waiting[y]:
-        heapq.heappush(ready, y)
-  return order if placed == g.n else None
+  for place, k in enumerate(found):
+    order[k] = place
+  return order
 
 
 def _made_by(st: _State, k: int, w, strong: bool) -> bool:
@@ -1505,22 +1498,32 @@ def schedule(g: Graph, pre_versions, pre_read_eqns, after_pre, post_versions
 
 
 def _topological(nodes: set[int], out: dict[int, set[int]]) -> tuple[Step, ...] | None:
+  found = _heap_order(nodes, lambda x: out.get(x, ()))
+  if found is None:
+    return None
+  return tuple(Step(("pre", "eqn", "post")[r], k) for k, r in (divmod(x, 3) for x in found))
+
+
+def _heap_order(nodes: Iterable[int], successors: Callable[[int], Iterable[int]]
+                ) -> list[int] | None:
+  """`nodes` in an order every edge (`successors`) follows, the smallest ready node
+  first; None where the edges close a cycle."""
+  nodes = list(nodes)
   indeg = dict.fromkeys(nodes, 0)
-  for bs in out.values():
-    for b in bs:
+  for x in nodes:
+    for b in successors(x):
       indeg[b] += 1
   heap = [x for x in nodes if indeg[x] == 0]
   heapq.heapify(heap)
   order = []
   while heap:
     x = heapq.heappop(heap)
-    k, r = divmod(x, 3)
-    order.append(Step(("pre", "eqn", "post")[r], k))
-    for y in out.get(x, ()):
+    order.append(x)
+    for y in successors(x):
       indeg[y] -= 1
       if indeg[y] == 0:
         heapq.heappush(heap, y)
-  return tuple(order) if len(order) == len(nodes) else None
+  return order if len(order) == len(nodes) else None
 
 
 def _flows(st: _State) -> tuple[tuple[int | None, ...], tuple[bool, ...]]:

@@ -226,6 +226,7 @@ def _reads_across_barrier(jaxpr, origin: dict) -> bool:
       continue
     if subs or e.primitive in _UNFUSED:
       continue
+    reaches: dict[Any, frozenset] = {}     # each operand's `_reach`, read once
     for y in e.invars:
       if C.is_literal(y) or not any(
           getattr(o.aval, "shape", None) == y.aval.shape
@@ -236,7 +237,9 @@ def _reads_across_barrier(jaxpr, origin: dict) -> bool:
         for w in e.invars:
           if w is y or C.is_literal(w):
             continue
-          reach = _reach(w, jaxpr, producer, origin)
+          if w not in reaches:
+            reaches[w] = _reach(w, jaxpr, producer, origin)
+          reach = reaches[w]
           if x in reach or (x in origin and origin[x][0] in reach):
             return True
   return False

@@ -478,7 +478,6 @@ def test_sink_round_leaves_moves_of_other_operations():
   assert _prims(new) == _prims(closed.jaxpr)
 
 
-
 def test_ancestor_search_bounded_by_an_order_the_edges_follow():
   # `tie_derived_reads` asks which of a few equations a tied read depends on; the
   # search stops below the earliest of them in an order every edge follows,
@@ -500,7 +499,7 @@ def test_ancestor_search_bounded_by_an_order_the_edges_follow():
     for a, bs in enumerate(edges):
       for b in bs:
         preds[b].append(a)
-    order = _edge_order(types.SimpleNamespace(n=n, edges=edges), preds)
+    order = _edge_order(types.SimpleNamespace(n=n, edges=edges))
     assert order is not None
     assert all(order[a] < order[b] for a, bs in enumerate(edges) for b in bs)
     eqns = {int(x) for x in rng.integers(0, n, int(rng.integers(1, 4)))}
@@ -509,4 +508,4 @@ def test_ancestor_search_bounded_by_an_order_the_edges_follow():
     assert _ancestors(preds, eqns, order, among) & among == full & among
   # Edges that close a cycle give no order (the unbounded search is used).
   cycle = [{1}, {0}]
-  assert _edge_order(types.SimpleNamespace(n=2, edges=cycle), [[1], [0]]) is None
+  assert _edge_order(types.SimpleNamespace(n=2, edges=cycle)) is None
