@@ -910,6 +910,23 @@ def loop_passes_buffer_through_then_row_set(b0, b1, b2):
   return a, b2, b0, b1
 
 
+def one_branch_reads_what_the_other_updates(b1, b2):
+  """Fuzz seed 8200 #885, reduced. The conditional is lowered to one loop per
+  branch, the second after the first. The first carries `b2` through unchanged
+  and reads it; XLA forwarded that loop's `b2` result to its operand, so the
+  second loop's in-place `maximum` no longer followed the first loop's read, and
+  every candidate copied `b2` (jax.jit's program, copying `b1`, ran). The read
+  carry now leaves the first loop behind a barrier."""
+  def step_b2(b1, b2):
+    return b1, jnp.maximum(b2, 0.5)
+
+  def swap_rows_of_b1(b1, b2):
+    v = b1[14]
+    b1 = b1.at[14].set(b1[7] * b2[53, 11])
+    return b1.at[7].set(v), b2
+  return lax.cond(b1[4, 3] > 0, step_b2, swap_rows_of_b1, b1, b2)
+
+
 CASES = {
     "step_summed_and_sliced_then_set": (
         step_summed_and_sliced_then_set,
@@ -1041,6 +1058,9 @@ CASES = {
                                   "count": jnp.int32(0)},
                                  jnp.array([1, 5, 5, 9]), jnp.ones((4, SHAPE[1]))),
                         (0,), ()),
+    "one_branch_reads_what_the_other_updates": (
+        one_branch_reads_what_the_other_updates, _normal((16, 24), (64, 24)), (0, 1),
+        ()),
 }
 
 

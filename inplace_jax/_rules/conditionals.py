@@ -422,8 +422,20 @@ def _branch_as_body(branch: C.ClosedJaxpr, const_ops, carried_in, carried_out,
   invars = [j.invars[i] for i in const_ops] + [flag] + [
       j.invars[i] for i in carried_in] + dummies
   zero = C.Literal(np.int32(0), C.ShapedArray((), np.dtype(np.int32)))
-  outvars = [zero] + [j.outvars[o] for o in carried_out] + [
-      j.outvars[o] for o in other_out]
+  carried = [j.outvars[o] for o in carried_out]
+  # A carried buffer the branch reads and returns as it is: XLA forwards such a
+  # loop result to the loop's operand, so a later loop that updates the buffer in
+  # place no longer follows this one's reads and copies it (fuzz seed 8200 #885).
+  # Behind a barrier the result is the loop's own.
+  read = {id(v) for e in eqns for v in e.invars if not C.is_literal(v)}
+  held = [k for k, (i, o) in enumerate(zip(carried_in, carried_out, strict=True))
+          if j.outvars[o] is j.invars[i] and id(j.invars[i]) in read]
+  if held:
+    tie, outs = _build.barrier_eqn([carried[k] for k in held], eqns[-1] if eqns else None)
+    eqns = list(eqns) + [tie]
+    for k, w in zip(held, outs, strict=True):
+      carried[k] = w
+  outvars = [zero] + carried + [j.outvars[o] for o in other_out]
   body = C.Jaxpr(j.constvars, invars, outvars, eqns, j.effects,
                  C.loose_debug_info(j.debug_info))
   return C.ClosedJaxpr(body, branch.consts)
