@@ -64,6 +64,7 @@ class Analyzer:
 
   def __init__(self, hints: Hints = Hints()):
     self._cache: dict[tuple, tuple[Any, Plan]] = {}
+    self._live: dict[int, tuple[Any, Any]] = {}
     self.inner_sensitive = X.inner_sensitivity({}, hints.through_updates)
     self.hints = hints
 
@@ -91,6 +92,14 @@ class Analyzer:
                        names, top)
     self._cache[key] = (jaxpr, plan)  # keeps `jaxpr` alive, so its id stays unique
     return plan
+
+  def live(self, jaxpr):
+    """`dce(jaxpr)`, found once per jaxpr (the transform and each analysis of the
+    same jaxpr ask)."""
+    hit = self._live.get(id(jaxpr))
+    if hit is None or hit[0] is not jaxpr:
+      hit = self._live[id(jaxpr)] = (jaxpr, dce(jaxpr))
+    return hit[1]
 
 
 # How much an operand is a buffer: a version of one the caller gave (a donated
@@ -144,6 +153,9 @@ class _State:
   after_pre: dict[int, set[int]] = dataclasses.field(default_factory=dict)
   post_versions: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
   sensitive_memo: dict[Any, bool] = dataclasses.field(default_factory=dict)
+  # `_no_fold_across` per (value, its equation's id; the equation lives in `g`).
+  no_fold_memo: dict[tuple[Any, int], bool] = dataclasses.field(default_factory=dict)
+  parameters: frozenset | None = None     # `_parameters`, once found
   inner_sensitive: Any = None
   hints: Hints = Hints()
   # A whole program (`Analyzer.__call__`): its outputs are not read by anything
@@ -209,7 +221,7 @@ def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
   buffer's tied reads first: fuzz seed 5300 #9670), the passes run again without
   splits, and that plan is kept if it leaves fewer updates to XLA."""
   def passes(splits: bool):
-    st = _State(Graph(dce(jaxpr)), buffers, in_loop, manual, targets=targets,
+    st = _State(Graph(analyzer.live(jaxpr)), buffers, in_loop, manual, targets=targets,
                 names=names, inner_sensitive=analyzer.inner_sensitive,
                 hints=analyzer.hints, top=top, splits_allowed=splits)
     find_versions(st, analyzer, left)
@@ -771,20 +783,28 @@ def _cut_safe_at(st: _State, eqn, var) -> bool:
 
 
 def _no_fold_across(st: _State, eqn, var) -> bool:
-  """No rewrite XLA would make across a barrier after `var` (`_exactness`)."""
-  g = st.g
-  return not X.reassociated(eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st),
-                            _parameters(st)) and \
-      not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) and \
-      not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)]) and \
-      not X.excess_precision(eqn, var, g.eqns, g.consumers)
+  """No rewrite XLA would make across a barrier after `var` (`_exactness`); asked
+  about one value up to a few times per pass, answered once."""
+  key = (var, id(eqn))
+  hit = st.no_fold_memo.get(key)
+  if hit is None:
+    g = st.g
+    hit = st.no_fold_memo[key] = not X.reassociated(
+        eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st), _parameters(st)) and \
+        not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) \
+        and not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)]) and \
+        not X.excess_precision(eqn, var, g.eqns, g.consumers)
+  return hit
 
 
 def _parameters(st: _State) -> frozenset:
   """The inputs of a whole program (its arguments: no value XLA knows when it
   compiles); none inside a loop, a conditional or a call, whose inputs may be
   constants of the caller."""
-  return frozenset(st.g.jaxpr.invars) if st.top and not st.in_loop else frozenset()
+  if st.parameters is None:
+    st.parameters = (frozenset(st.g.jaxpr.invars) if st.top and not st.in_loop
+                     else frozenset())
+  return st.parameters
 
 
 def _inlined(st: _State) -> bool:

@@ -11,6 +11,8 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -159,16 +161,58 @@ def primitive_by_name(name: str) -> Primitive | None:
 # --------------------------------------------------------------------------- sub-jaxprs
 
 
-def jaxprs_in_params(params: dict) -> list[str]:
+def jaxprs_in_params(params: dict) -> tuple[str, ...]:
   """Keys of params that hold (closed or open) jaxprs, or sequences of them."""
+  memo = _PARAMS_MEMO
+  if memo is not None:
+    hit = memo.get(id(params))
+    if hit is not None and hit[0] is params:
+      return hit[1]
   keys = []
   for k, v in params.items():
-    if isinstance(v, (_core.Jaxpr, _core.ClosedJaxpr)):
+    kind = _PARAM_KINDS.get(type(v))
+    if kind is None:
+      kind = _param_kind(type(v))
+    if kind == _JAXPR or (kind == _SEQUENCE and v and all(
+        isinstance(x, (_core.Jaxpr, _core.ClosedJaxpr)) for x in v)):
       keys.append(k)
-    elif isinstance(v, (tuple, list)) and v and all(
-        isinstance(x, (_core.Jaxpr, _core.ClosedJaxpr)) for x in v):
-      keys.append(k)
-  return keys
+  out = tuple(keys)
+  if memo is not None:
+    memo[id(params)] = (params, out)    # keeps `params` alive: its id stays its own
+  return out
+
+
+# `jaxprs_in_params` per params dict, while a transform runs (`params_memoised`):
+# its passes ask about each equation's params several times each.
+_PARAMS_MEMO: dict[int, tuple[dict, tuple[str, ...]]] | None = None
+
+
+@contextlib.contextmanager
+def params_memoised():
+  """Within: `jaxprs_in_params` answers each params dict once (nested uses share
+  the outermost memo; it is dropped when that one exits)."""
+  global _PARAMS_MEMO
+  if _PARAMS_MEMO is not None:
+    yield
+    return
+  _PARAMS_MEMO = {}
+  try:
+    yield
+  finally:
+    _PARAMS_MEMO = None
+
+
+# What a param's type says about it (`jaxprs_in_params` runs on every equation of
+# every pass, and the type decides once what `isinstance` would each time).
+_OTHER, _JAXPR, _SEQUENCE = 0, 1, 2
+_PARAM_KINDS: dict[type, int] = {}
+
+
+def _param_kind(t: type) -> int:
+  kind = (_JAXPR if issubclass(t, (_core.Jaxpr, _core.ClosedJaxpr)) else
+          _SEQUENCE if issubclass(t, (tuple, list)) else _OTHER)
+  _PARAM_KINDS[t] = kind
+  return kind
 
 
 # --------------------------------------------------------------------------- source info

@@ -468,6 +468,9 @@ def _holds_body(eqn) -> bool:
 
 
 _COMBINING_SCATTERS = (C.scatter_mul_p, C.scatter_min_p, C.scatter_max_p)
+# What passes a value on to `feeds_sensitive`'s next step (data movement, exact
+# arithmetic, the scatter family).
+_PASSED_ON = _traits.TRANSPARENT | Trait.UPDATE
 
 
 def _literal_factor(eqn) -> float | None:
@@ -547,7 +550,7 @@ def feeds_sensitive(var, eqns, consumers, memo: dict, inner_sensitive,
                                 lane_wise) for w in e.outvars if not C.is_drop_var(w))
     elif _traits.eqn_has(e, Trait.SENSITIVE) or applies_function(e):
       out = True
-    elif _traits.eqn_any_of(e, _traits.TRANSPARENT | Trait.UPDATE):
+    elif _traits.eqn_any_of(e, _PASSED_ON):
       # The scatter family carries its combiner as a jaxpr of one exact operation
       # (or none): data movement for this purpose, not a sub-computation. Data
       # movement counts a quarter step: `jnp.resize` spliced into its caller

@@ -11,6 +11,8 @@ its sub-jaxprs rewritten first, recursively, once per distinct sub-plan.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from . import _compat as C
@@ -169,9 +171,9 @@ def _kept_control(eqn, info, updated: set | frozenset = frozenset()) -> list:
 
 def _rewrite(plan: Plan, rewriter: Rewriter):
   em = _Emitter(plan, rewriter)
+  emit = {"pre": em.pre_barrier, "post": em.post_barrier, "eqn": em.equation}
   for step in plan.order:
-    {"pre": em.pre_barrier, "post": em.post_barrier, "eqn": em.equation}[step.kind](
-        step.index)
+    emit[step.kind](step.index)
   j = plan.jaxpr
   return C.Jaxpr(j.constvars, j.invars, [em.s(v) for v in j.outvars], em.out,
                  j.effects, j.debug_info)
@@ -191,58 +193,106 @@ def reads_across_barrier(jaxpr) -> bool:
   the fusion overwrites rows it reads later. Seen once, a clone round's candidate
   (`x = x + x[21] * c` after the tie; 240 of 768 elements wrong); such a program
   is never compiled (`inplace_jax.jit`)."""
-  return _reads_across_barrier(jaxpr, {})
+  return _reads_across_barrier(jaxpr, {}, {})
 
 
-def _reads_across_barrier(jaxpr, origin: dict) -> bool:
+class _Origin:
+  """What an invar of a call's body XLA inlines is in the caller: the outermost
+  caller's value (`name`) and what it is computed from (`reach`, found when first
+  asked: most bodies never ask)."""
+
+  __slots__ = ("name", "_find", "_reach")
+
+  def __init__(self, name, find: Callable[[], frozenset]):
+    self.name, self._find = name, find
+    self._reach: frozenset | None = None
+
+  @property
+  def reach(self) -> frozenset:
+    out = self._reach
+    if out is None:
+      out = self._reach = self._find()
+    return out
+
+
+def _reads_across_barrier(jaxpr, origin: dict, barriers: dict) -> bool:
   """`reads_across_barrier`, where `origin` maps each invar of `jaxpr` that is a
-  call's body XLA inlines to (the caller's value it is, what that value is
-  computed from by operations XLA fuses: `_reach`). A value inside computed from
-  the very value another invar is, is a read of that invar's buffer: a column
-  sliced outside a `jax.checkpoint` body and the buffer its `jnp.where` writes
-  over inside it (fuzz seed 7800 #4965). Not one computed from what that value
-  was computed from: that is another buffer (a matmul's result both stepped into
-  the buffer and read inside the body)."""
+  call's body XLA inlines to what it is in the caller (`_Origin`: the caller's
+  value, and what that value is computed from by operations XLA fuses, `_reach`).
+  A value inside computed from the very value another invar is, is a read of that
+  invar's buffer: a column sliced outside a `jax.checkpoint` body and the buffer
+  its `jnp.where` writes over inside it (fuzz seed 7800 #4965). Not one computed
+  from what that value was computed from: that is another buffer (a matmul's
+  result both stepped into the buffer and read inside the body). `barriers`:
+  whether a jaxpr holds a barrier (`_holds_barrier`); one that holds none has no
+  such read."""
+  if not _holds_barrier(jaxpr, barriers):
+    return False
   producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
               if not C.is_drop_var(v)}
   tied: dict[Any, Any] = {}     # a barrier's output -> its input, for arrays
+  # Each value's `_reach` and `_elementwise_roots`, found once: a value's roots
+  # are barrier outputs made before it, so later barriers leave them as they are.
+  reaches: dict[Any, frozenset] = {}
+  roots_of: dict[Any, tuple] = {}
+
+  def reach_of(w) -> frozenset:
+    hit = reaches.get(w)
+    if hit is None:
+      hit = reaches[w] = _reach(w, jaxpr, producer, origin)
+    return hit
+
   for e in jaxpr.eqns:
-    subs = list(C.sub_jaxprs(e.params))
-    inlined = e.primitive in _INLINED_CALLS and len(subs) == 1 and \
-        len(subs[0].invars) == len(e.invars)
-    if inlined:
-      inner = {i: (origin[u][0] if u in origin else u,
-                   _reach(u, jaxpr, producer, origin))
-               for i, u in zip(subs[0].invars, e.invars, strict=True)
-               if not C.is_literal(u)}
-      if _reads_across_barrier(subs[0], inner):
-        return True
-    elif any(_reads_across_barrier(j, {}) for j in subs):
-      return True
     if e.primitive is C.optimization_barrier_p:
       tied.update((y, x) for x, y in zip(e.invars, e.outvars, strict=True)
                   if not C.is_literal(x) and not C.is_drop_var(y)
                   and getattr(x.aval, "ndim", 0) > 0)
       continue
-    if subs or e.primitive in _UNFUSED:
+    if C.jaxprs_in_params(e.params):
+      subs = list(C.sub_jaxprs(e.params))
+      if e.primitive in _INLINED_CALLS and len(subs) == 1 and \
+          len(subs[0].invars) == len(e.invars):
+        if _holds_barrier(subs[0], barriers):
+          inner = {i: _Origin(origin[u].name if u in origin else u,
+                              functools.partial(reach_of, u))
+                   for i, u in zip(subs[0].invars, e.invars, strict=True)
+                   if not C.is_literal(u)}
+          if _reads_across_barrier(subs[0], inner, barriers):
+            return True
+      elif any(_reads_across_barrier(j, {}, barriers) for j in subs):
+        return True
       continue
-    reaches: dict[Any, frozenset] = {}     # each operand's `_reach`, read once
+    if not tied or e.primitive in _UNFUSED:
+      continue
+    out_types = [(getattr(o.aval, "shape", None), getattr(o.aval, "dtype", None))
+                 for o in e.outvars]
     for y in e.invars:
-      if C.is_literal(y) or not any(
-          getattr(o.aval, "shape", None) == y.aval.shape
-          and getattr(o.aval, "dtype", None) == y.aval.dtype for o in e.outvars):
+      if C.is_literal(y):
         continue
-      for root in _elementwise_roots(y, tied, jaxpr, producer):
+      y_type = (getattr(y.aval, "shape", None), getattr(y.aval, "dtype", None))
+      if y_type[0] is None or y_type not in out_types:
+        continue
+      for root in _elementwise_roots(y, tied, jaxpr, producer, roots_of):
         x = tied[root]
         for w in e.invars:
           if w is y or C.is_literal(w):
             continue
-          if w not in reaches:
-            reaches[w] = _reach(w, jaxpr, producer, origin)
-          reach = reaches[w]
-          if x in reach or (x in origin and origin[x][0] in reach):
+          reach = reach_of(w)
+          if x in reach or (x in origin and origin[x].name in reach):
             return True
   return False
+
+
+def _holds_barrier(jaxpr, memo: dict) -> bool:
+  """Whether `jaxpr` holds an `optimization_barrier`, at any depth (memoised by id,
+  keeping the jaxpr alive)."""
+  hit = memo.get(id(jaxpr))
+  if hit is None or hit[0] is not jaxpr:
+    hit = memo[id(jaxpr)] = (jaxpr, any(
+        e.primitive is C.optimization_barrier_p
+        or any(_holds_barrier(j, memo) for j in C.sub_jaxprs(e.params))
+        for e in jaxpr.eqns))
+  return hit[1]
 
 
 # Calls XLA inlines into their caller, whose body's operations fuse with it.
@@ -263,7 +313,7 @@ def _reach(w, jaxpr, producer, origin: dict) -> frozenset:
       continue
     seen.add(v)
     if v in origin:
-      out |= origin[v][1]
+      out |= origin[v].reach
       continue
     out.add(v)
     k = producer.get(v)
@@ -272,7 +322,7 @@ def _reach(w, jaxpr, producer, origin: dict) -> frozenset:
     e = jaxpr.eqns[k]
     if e.primitive is C.optimization_barrier_p or \
         not _traits.any_of(e.primitive, _LOOP_FUSED) or \
-        _traits.any_of(e.primitive, _traits.Trait.REDUCTION | _traits.Trait.UPDATE):
+        _traits.any_of(e.primitive, _MATERIALISED):
       continue
     stack.extend(e.invars)
   return frozenset(out)
@@ -383,13 +433,16 @@ def _surely_large(body, nconsts: int) -> bool:
   return False
 
 
-def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
+def _elementwise_roots(y, tied: dict, jaxpr, producer, memo: dict) -> tuple:
   """The barrier outputs `y` is computed from elementwise, at its shape (`y` itself
   if it is one): XLA computes such a chain in the loop that writes over that
   buffer, so a read of the buffer from before the barrier that meets the chain
   later (`x * 0.5 + x[21]` after the tie, where the barrier output's first user
   is the multiply; fuzz seed 5600 #5521, its row tiled by `jnp.resize`) is read
   in that loop too."""
+  hit = memo.get(y)
+  if hit is not None:
+    return hit
   roots, stack, seen = [], [y], set()
   while stack:
     v = stack.pop()
@@ -398,6 +451,10 @@ def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
     seen.add(v)
     if v in tied:
       roots.append(v)
+      continue
+    known = memo.get(v)
+    if known is not None:     # found from an earlier operand (at `y`'s shape)
+      roots.extend(known)
       continue
     k = producer.get(v)
     if k is None:
@@ -408,7 +465,8 @@ def _elementwise_roots(y, tied: dict, jaxpr, producer) -> list:
       continue
     stack.extend(u for u in e.invars if not C.is_literal(u)
                  and getattr(u.aval, "shape", None) == y.aval.shape)
-  return roots
+  out = memo[y] = tuple(dict.fromkeys(roots))
+  return out
 
 
 _UNFUSED = frozenset({C.dot_general_p})
@@ -416,3 +474,4 @@ _UNFUSED = frozenset({C.dot_general_p})
 # than it writes (a reduction's or an update's result is materialised first).
 _LOOP_FUSED = (_traits.Trait.ELEMENTWISE | _traits.Trait.DATA_MOVEMENT
                | _traits.Trait.SLICING | _traits.Trait.PREDICATE)
+_MATERIALISED = _traits.Trait.REDUCTION | _traits.Trait.UPDATE

@@ -79,6 +79,7 @@ _TRANSCENDENTAL = T.SENSITIVE | T.ELEMENTWISE
 _LANE_TRANSCENDENTAL = _TRANSCENDENTAL | T.LANE_WISE
 _COMPARE = T.PREDICATE | T.ELEMENTWISE | T.CUT_SAFE
 _UPDATE = T.UPDATE | T.CUT_SAFE
+_ROUNDING_REDUCTION = T.REDUCTION | T.SENSITIVE
 
 _TABLE: dict[str, Trait] = {
     # data movement
@@ -198,12 +199,24 @@ def traits(primitive) -> Trait:
 
 def has(primitive, trait: Trait) -> bool:
   """Whether `primitive` has every flag of `trait`."""
-  return (TRAITS.get(primitive, Trait.NONE) & trait) == trait
+  w = trait._value_
+  return _VALUES.get(primitive, 0) & w == w
 
 
 def any_of(primitive, trait: Trait) -> bool:
   """Whether `primitive` has at least one flag of `trait`."""
-  return bool(TRAITS.get(primitive, Trait.NONE) & trait)
+  return bool(_VALUES.get(primitive, 0) & trait._value_)
+
+
+# The flags as integers: `Flag` arithmetic and hashing run Python code per
+# operation, and the analysis asks these questions tens of thousands of times per
+# program.
+_VALUES: dict[C.Primitive, int] = {p: t._value_ for p, t in TRAITS.items()}
+
+
+def _all_flags(t: Trait, trait: Trait) -> bool:
+  w = trait._value_
+  return t._value_ & w == w
 
 
 def of_eqn(eqn) -> Trait:
@@ -213,8 +226,7 @@ def of_eqn(eqn) -> Trait:
   (`jnp.sum(x[0, 0])`; measured on XLA:CPU, docs/xla_notes.md), no arithmetic,
   whatever it is fused with."""
   t = traits(eqn.primitive)
-  rounding_reduction = T.REDUCTION | T.SENSITIVE
-  if (t & rounding_reduction) == rounding_reduction and eqn.invars:
+  if _all_flags(t, _ROUNDING_REDUCTION) and eqn.invars:
     shape = getattr(eqn.invars[0].aval, "shape", None)
     axes = eqn.params.get("axes")      # the cumulative ones take `axis`: left alone
     if shape is not None and axes is not None and all(shape[a] == 1 for a in axes):
@@ -224,12 +236,12 @@ def of_eqn(eqn) -> Trait:
 
 def eqn_has(eqn, trait: Trait) -> bool:
   """`has` for one equation (`of_eqn`)."""
-  return (of_eqn(eqn) & trait) == trait
+  return _all_flags(of_eqn(eqn), trait)
 
 
 def eqn_any_of(eqn, trait: Trait) -> bool:
   """`any_of` for one equation (`of_eqn`)."""
-  return bool(of_eqn(eqn) & trait)
+  return bool(of_eqn(eqn)._value_ & trait._value_)
 
 
 # A value passes through these unchanged in rounding (for "does this value reach a

@@ -26,7 +26,7 @@ import jax
 from . import _compat as C
 from . import _passes
 from . import _rewrite
-from ._analysis import Analyzer, dce
+from ._analysis import Analyzer
 from ._errors import InplaceNestingWarning, user_stacklevel
 from ._plan import Conflict, FindingKind, Hints, Plan
 from ._rewrite import Rewriter
@@ -82,12 +82,16 @@ def sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
     >>> print(plan.stats()["barriers"])
     1
   """
-  new, plan = _sequence_jaxpr(closed_jaxpr, donated, in_loop=in_loop, boundary=boundary,
-                              erase_remat_barriers=erase_remat_barriers, hints=hints,
-                              buffers=buffers, inline_calls=inline_calls)
-  jaxpr = closed_jaxpr.jaxpr if isinstance(closed_jaxpr, C.ClosedJaxpr) else closed_jaxpr
-  if _rewrite.reads_across_barrier(new.jaxpr) and \
-      not _rewrite.reads_across_barrier(jaxpr):
+  with C.params_memoised():
+    new, plan = _sequence_jaxpr(closed_jaxpr, donated, in_loop=in_loop,
+                                boundary=boundary,
+                                erase_remat_barriers=erase_remat_barriers, hints=hints,
+                                buffers=buffers, inline_calls=inline_calls)
+    jaxpr = closed_jaxpr.jaxpr if isinstance(closed_jaxpr, C.ClosedJaxpr) \
+        else closed_jaxpr
+    hazard = _rewrite.reads_across_barrier(new.jaxpr) and \
+        not _rewrite.reads_across_barrier(jaxpr)
+  if hazard:
     consts = closed_jaxpr.consts if isinstance(closed_jaxpr, C.ClosedJaxpr) else []
     return C.ClosedJaxpr(jaxpr, consts), dataclasses.replace(
         plan, refused="an update after a barrier would read the buffer's value from "
@@ -119,28 +123,30 @@ def _sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
   gc_was_enabled = gc.isenabled()
   gc.disable()
   try:
-    analyzer = Analyzer(hints)
-    ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
-                              erase_remat_barriers=erase_remat_barriers,
-                              analyze=analyzer, clone=hints.clone,
-                              inline_calls=inline_calls)
-    jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
-    # Donated buffers not to sequence are left exactly as they are.
-    left = tuple(d and not b and hints.leave
-                 for d, b in zip(donated, buffers, strict=True))
-    # A whole program: each donated buffer's own output is the one JAX aliases it
-    # to, which its chain of updates should end in; its conflicts name it.
-    whole = boundary and not in_loop
-    targets = tuple(C.predicted_aliases(dce(jaxpr), donated)) if whole else ()
-    names = _given_names(jaxpr) if whole else ()
-    plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets, names=names,
-                    top=boundary)
-    if ctx.restructured:
-      plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
-    if whole:
-      plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left, targets,
-                             names)
-    new = Rewriter()(plan)
+    with C.params_memoised():
+      analyzer = Analyzer(hints)
+      ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
+                                erase_remat_barriers=erase_remat_barriers,
+                                analyze=analyzer, clone=hints.clone,
+                                inline_calls=inline_calls)
+      jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
+      # Donated buffers not to sequence are left exactly as they are.
+      left = tuple(d and not b and hints.leave
+                   for d, b in zip(donated, buffers, strict=True))
+      # A whole program: each donated buffer's own output is the one JAX aliases it
+      # to, which its chain of updates should end in; its conflicts name it.
+      whole = boundary and not in_loop
+      targets = tuple(C.predicted_aliases(analyzer.live(jaxpr), donated)) if whole \
+          else ()
+      names = _given_names(jaxpr) if whole else ()
+      plan = analyzer(jaxpr, buffers, in_loop, left=left, targets=targets, names=names,
+                      top=boundary)
+      if ctx.restructured:
+        plan = dataclasses.replace(plan, restructured=tuple(ctx.restructured))
+      if whole:
+        plan = _honour_aliases(plan, jaxpr, donated, buffers, analyzer, left, targets,
+                               names)
+      new = Rewriter()(plan)
   finally:
     if gc_was_enabled:
       gc.enable()
