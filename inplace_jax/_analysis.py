@@ -336,8 +336,8 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
     if len(kept) != len(info.uses):
       info = dataclasses.replace(info, uses=tuple(kept))
     st.infos.append(info)
-    if not eqn.effects and not C.jaxprs_in_params(eqn.params) and all(
-        C.is_literal(v) or v in constant for v in eqn.invars):
+    if not eqn.effects and all(C.is_literal(v) or v in constant for v in eqn.invars) \
+        and not C.jaxprs_in_params(eqn.params):
       constant.update(v for v in eqn.outvars if not C.is_drop_var(v))
 
 
@@ -791,8 +791,8 @@ def _no_fold_across(st: _State, eqn, var) -> bool:
     g = st.g
     hit = st.no_fold_memo[key] = not X.reassociated(
         eqn, var, g.eqns, g.consumers, g.outvars, _inlined(st), _parameters(st)) and \
-        not X.folded_into_dot(eqn, var, [g.eqns[c].primitive for c, _ in g.uses(var)]) \
-        and not X.constants_folded(eqn, var, [g.eqns[c] for c, _ in g.uses(var)]) and \
+        not X.folded_into_dot(eqn, var, (g.eqns[c].primitive for c, _ in g.uses(var))) \
+        and not X.constants_folded(eqn, var, (g.eqns[c] for c, _ in g.uses(var))) and \
         not X.excess_precision(eqn, var, g.eqns, g.consumers)
   return hit
 

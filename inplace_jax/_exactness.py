@@ -234,18 +234,19 @@ def constants_folded(eqn, var, consumers) -> bool:
   product) with another literal reads: XLA folds the two constants into one
   (measured: `(b * 0.5 + 1.0) + 0.5` compiled to `b * 0.5 + 1.5`, 1 ulp from the
   unfolded sum, fuzz seed 3900 #4652), which a barrier after `var` prevents.
-  `consumers`: the equations using it."""
-  aval = getattr(var, "aval", None)
-  if aval is None or not jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact):
-    return False
-
+  `consumers`: the equations using it (any iterable, read once)."""
   def chain(e):
     name = e.primitive.name
     kind = next((k for k, c in enumerate(_CONSTANT_CHAINS) if name in c), None)
     return kind if kind is not None and any(C.is_literal(v) for v in e.invars) else None
 
   kind = chain(eqn)
-  return kind is not None and any(chain(c) == kind for c in consumers)
+  if kind is None:
+    return False
+  aval = getattr(var, "aval", None)
+  if aval is None or not jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact):
+    return False
+  return any(chain(c) == kind for c in consumers)
 
 
 def excess_precision(eqn, var, eqns, consumers) -> bool:
@@ -307,9 +308,14 @@ def folded_into_dot(eqn, var, consumers) -> bool:
   """Whether `var` is a transpose that a dot reads, or a dot's result that is
   transposed: XLA folds the transpose into the dot's operand or result layout,
   and a barrier between them makes the dot run in another operand order (an
-  Equinox MLP step's gradient under vmap). `consumers`: the primitives using it."""
-  pairs = ((C.transpose_p, C.dot_general_p), (C.dot_general_p, C.transpose_p))
-  return any(eqn.primitive is a and any(e is b for e in consumers) for a, b in pairs)
+  Equinox MLP step's gradient under vmap). `consumers`: the primitives using it
+  (any iterable, read once)."""
+  folded = _FOLDED_INTO_DOT.get(eqn.primitive)
+  return folded is not None and any(e is folded for e in consumers)
+
+
+# A transpose read by a dot, a dot's result transposed (`folded_into_dot`).
+_FOLDED_INTO_DOT = {C.transpose_p: C.dot_general_p, C.dot_general_p: C.transpose_p}
 
 
 def cut_safe_here(eqn, var, eqns, consumers, inputs_plain: bool = False) -> bool:
