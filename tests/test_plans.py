@@ -509,3 +509,79 @@ def test_ancestor_search_bounded_by_an_order_the_edges_follow():
   # Edges that close a cycle give no order (the unbounded search is used).
   cycle = [{1}, {0}]
   assert _edge_order(types.SimpleNamespace(n=2, edges=cycle)) is None
+
+
+def test_normalise_skips_only_passes_with_nothing_to_change():
+  # `normalise` leaves out the passes that change only conditionals, loops or
+  # remat where the program holds none (a walk over every equation each). On
+  # programs with and without each, it gives the jaxpr that every pass run in
+  # turn gives, and the sequenced program computes jax.jit's values.
+  from inplace_jax import _passes
+  from inplace_jax._analysis import Analyzer
+
+  def straight(x, i):
+    y = x[3] * 2.0
+    return x.at[i].set(y), y.sum()
+
+  def with_cond(x, i):
+    x = lax.cond(i > 2, lambda x: x.at[0].set(x[1]), lambda x: x, x)
+    return x.at[i].add(1.0)
+
+  def with_known_cond(x, i):
+    x = lax.switch(jnp.int32(1), [lambda x: x * 2.0, lambda x: x.at[2].set(x[5])], x)
+    return x, x[0]
+
+  def with_loop(x, i):
+    def body(k, x):
+      return x.at[k].set(x[k + 1] * 0.5)
+    return lax.fori_loop(0, 4, body, x), x[0]
+
+  def with_while(x, i):
+    def body(c):
+      k, x, unused, kept = c
+      return k + 1, x.at[k].add(x[0]), unused * 2.0, kept
+    # The condition reads `kept`, which the body passes through: JAX keeps it a
+    # carry (`forward_passed_carries`).
+    _, x, _, kept = lax.while_loop(lambda c: c[0] < i + (c[3][0] > 1e9), body,
+                                   (0, x, x[1], x[2] * 3.0))
+    return x, kept
+
+  def with_batched_while(x, i):
+    def solve(row):
+      def body(c):
+        return c[0] + 1, c[1].at[c[0]].add(1.0)
+      trips = jnp.abs(row[0]).astype(jnp.int32) % 3 + 1
+      return lax.while_loop(lambda c: c[0] < trips, body, (0, row))[1]
+    return jax.vmap(solve)(x), x[0]
+
+  def with_cond_outputs(x, i):
+    # A small output one branch gives as an operand; `x` taken as an operand and
+    # closed over.
+    x, s = lax.cond(i > 2, lambda y, s: (y.at[0].set(x[1]), s),
+                    lambda y, s: (y * 2.0, s * 2.0), x, x[0, 0])
+    return x, s
+
+  def with_remat(x, i):
+    f = jax.checkpoint(lambda x: jnp.sin(x) * x[0])
+    return x.at[i].set(f(x)[1])
+
+  x, i = _x(3), jnp.int32(4)
+  for fn in (straight, with_cond, with_known_cond, with_loop, with_while,
+             with_batched_while, with_cond_outputs, with_remat):
+    closed = jax.make_jaxpr(fn)(x, i)
+    for erase in (False, True):
+      def ctx():
+        return _passes.PassContext(donated=(True, False), in_loop=False,
+                                   erase_remat_barriers=erase, analyze=Analyzer())
+      got, _ = _passes.normalise(closed.jaxpr, closed.consts, ctx())
+      want, consts = closed.jaxpr, closed.consts
+      every = ctx()
+      for p in _passes.PASSES:
+        want, consts = p(want, consts, every)
+      assert str(got) == str(want), fn.__name__
+    new, _ = inplace_jax.sequence_jaxpr(closed, [True, False])
+    ref = jax.jit(C.jaxpr_as_fun(closed))(x, i)
+    out = jax.jit(C.jaxpr_as_fun(new),
+                  compiler_options=inplace_jax.compiler_options())(x, i)
+    for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(out), strict=True):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
