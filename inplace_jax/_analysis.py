@@ -548,6 +548,8 @@ def tie_reads(st: _State) -> None:
       reads = [r for r in reads
                if not any(w in ueqn.invars for w in g.eqns[r].outvars)]
     p = g.producer.get(v)
+    if not reads and not _split_here(st, v, u, use) and not _co_outputs(st, v, p):
+      continue    # no barrier to place: nothing is read, split or computed with it
     if p is not None and not _cut_safe_at(st, g.eqns[p], v):
       # A barrier right after arithmetic could change rounding: this version's
       # reads stay as they were (values exact, XLA may copy).
@@ -651,6 +653,8 @@ def _reads_to_tie(st: _State, reads: list[int], u: int, use: InplaceUse, v,
   them through f32 converts, and a read fused into a converting update is not done
   in place.)
   """
+  if not reads:
+    return []     # nothing to tie: the walks below would only find what is private
   g = st.g
   tied = reads
   chain_only: set[int] | None = None
