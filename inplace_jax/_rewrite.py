@@ -193,7 +193,7 @@ def reads_across_barrier(jaxpr) -> bool:
   the fusion overwrites rows it reads later. Seen once, a clone round's candidate
   (`x = x + x[21] * c` after the tie; 240 of 768 elements wrong); such a program
   is never compiled (`inplace_jax.jit`)."""
-  return _reads_across_barrier(jaxpr, {}, {})
+  return _reads_across_barrier(jaxpr, {}, {}, {})
 
 
 class _Origin:
@@ -215,7 +215,7 @@ class _Origin:
     return out
 
 
-def _reads_across_barrier(jaxpr, origin: dict, barriers: dict) -> bool:
+def _reads_across_barrier(jaxpr, origin: dict, barriers: dict, tied_in: dict) -> bool:
   """`reads_across_barrier`, where `origin` maps each invar of `jaxpr` that is a
   call's body XLA inlines to what it is in the caller (`_Origin`: the caller's
   value, and what that value is computed from by operations XLA fuses, `_reach`).
@@ -223,14 +223,18 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict) -> bool:
   invar's buffer: a column sliced outside a `jax.checkpoint` body and the buffer
   its `jnp.where` writes over inside it (fuzz seed 7800 #4965). Not one computed
   from what that value was computed from: that is another buffer (a matmul's
-  result both stepped into the buffer and read inside the body). `barriers`:
-  whether a jaxpr holds a barrier (`_holds_barrier`); one that holds none has no
-  such read."""
-  if not _holds_barrier(jaxpr, barriers):
+  result both stepped into the buffer and read inside the body). `tied_in`: the
+  invars that are a barrier's output in the caller, each with that barrier's input
+  (as the outermost caller's name): the update may be inside the body and the
+  barrier outside it (measured: miscompiled as when both are outside).
+  `barriers`: whether a jaxpr holds a barrier (`_holds_barrier`); one that holds
+  none and takes none's output has no such read."""
+  if not tied_in and not _holds_barrier(jaxpr, barriers):
     return False
   producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
               if not C.is_drop_var(v)}
-  tied: dict[Any, Any] = {}     # a barrier's output -> its input, for arrays
+  # A barrier's output -> its input, for arrays.
+  tied: dict[Any, Any] = dict(tied_in)
   # Each value's `_reach` and `_elementwise_roots`, found once: a value's roots
   # are barrier outputs made before it, so later barriers leave them as they are.
   reaches: dict[Any, frozenset] = {}
@@ -252,14 +256,17 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict) -> bool:
       subs = list(C.sub_jaxprs(e.params))
       if e.primitive in _INLINED_CALLS and len(subs) == 1 and \
           len(subs[0].invars) == len(e.invars):
-        if _holds_barrier(subs[0], barriers):
+        inner_tied = {i: _outermost(tied[u], origin)
+                      for i, u in zip(subs[0].invars, e.invars, strict=True)
+                      if not C.is_literal(u) and u in tied}
+        if inner_tied or _holds_barrier(subs[0], barriers):
           inner = {i: _Origin(origin[u].name if u in origin else u,
                               functools.partial(reach_of, u))
                    for i, u in zip(subs[0].invars, e.invars, strict=True)
                    if not C.is_literal(u)}
-          if _reads_across_barrier(subs[0], inner, barriers):
+          if _reads_across_barrier(subs[0], inner, barriers, inner_tied):
             return True
-      elif any(_reads_across_barrier(j, {}, barriers) for j in subs):
+      elif any(_reads_across_barrier(j, {}, barriers, {}) for j in subs):
         return True
       continue
     if not tied or e.primitive in _UNFUSED:
@@ -281,6 +288,11 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict) -> bool:
           if x in reach or (x in origin and origin[x].name in reach):
             return True
   return False
+
+
+def _outermost(v, origin: dict):
+  """`v` as the outermost caller names it (`_Origin.name`)."""
+  return origin[v].name if v in origin else v
 
 
 def _holds_barrier(jaxpr, memo: dict) -> bool:

@@ -40,6 +40,20 @@ def _tied_row(x):
   return z + r * -0.01            # the row is the barrier's output: no hazard
 
 
+def _barrier_outside_call(x):
+  y = x.at[:, 5:13].set(1.0)
+  row = y[21:22] * -0.01          # read before the barrier ...
+  z = lax.optimization_barrier(y)
+  # ... and met inside a call XLA inlines, two deep, after the barrier
+  return jax.jit(lambda z, r: jax.jit(lambda a, b: a * 0.5 + b)(z, r))(z, row)
+
+
+def _tied_outside_call(x):
+  y = x.at[:, 5:13].set(1.0)
+  z, r = lax.optimization_barrier((y, y[21:22]))
+  return jax.jit(lambda z, r: z + r * -0.01)(z, r)   # the row is tied: no hazard
+
+
 def _inside_loop(x):
   return lax.fori_loop(0, 2, lambda i, x: _set_then_add_row(x), x)
 
@@ -50,7 +64,8 @@ def _x():
 
 def test_hazard_found_at_any_depth_and_only_there():
   for fn, expected in ((_set_then_add_row, True), (_inside_loop, True),
-                       (_scale_then_add_row, True), (_tied_row, False)):
+                       (_scale_then_add_row, True), (_tied_row, False),
+                       (_barrier_outside_call, True), (_tied_outside_call, False)):
     assert _rewrite.reads_across_barrier(jax.make_jaxpr(fn)(_x()).jaxpr) is expected
 
 
@@ -59,15 +74,16 @@ def test_hazard_is_miscompiled_where_barriers_are_kept():
   equal values, XLA fixed it and the check only costs copies."""
   if not ON_CPU:
     pytest.skip("measured on XLA:CPU")
-  for fn in (_set_then_add_row, _scale_then_add_row):
+  for fn in (_set_then_add_row, _scale_then_add_row, _barrier_outside_call):
     ref = np.asarray(jax.jit(fn)(_x()))
     kept = jax.jit(fn).lower(_x()).compile(
         compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
     assert not np.array_equal(np.asarray(kept(_x())), ref), fn.__name__
-  ref_tied = np.asarray(jax.jit(_tied_row)(_x()))
-  kept_tied = jax.jit(_tied_row).lower(_x()).compile(
-      compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
-  np.testing.assert_array_equal(np.asarray(kept_tied(_x())), ref_tied)
+  for fn in (_tied_row, _tied_outside_call):
+    ref_tied = np.asarray(jax.jit(fn)(_x()))
+    kept_tied = jax.jit(fn).lower(_x()).compile(
+        compiler_options={"xla_disable_hlo_passes": "cse_barrier_expander"})
+    np.testing.assert_array_equal(np.asarray(kept_tied(_x())), ref_tied)
 
 
 def test_public_sequence_jaxpr_withholds_the_hazard():
