@@ -1313,10 +1313,16 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
     return {}
   preds = g.predecessors()
   # Each equation's place in an order every edge follows, read-before-update edges
-  # included: the search for a tied read's ancestors among some equations stops
-  # below the earliest of them (10,000 equations took 1.15 s, mostly these
-  # searches over the whole program).
-  order = _edge_order(g)
+  # included (found when first needed): the search for a tied read's ancestors
+  # among some equations stops below the earliest of them (10,000 equations took
+  # 1.15 s, mostly these searches over the whole program).
+  found: list = []
+
+  def order() -> list[int] | None:
+    if not found:
+      found.append(_edge_order(g))
+    return found[0]
+
   out: dict[int, set[int]] = {}
   for u, co in st.co_reads.items():
     # The users of an inlined loop's other results, tied with the buffer before
@@ -1329,7 +1335,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
         if (k := g.producer.get(w)) is not None}
     later = {c for w in co for c, _ in g.uses(w) if c != u} - inputs
     if later:
-      later -= _ancestors(preds, inputs, order, later)
+      later -= _ancestors(preds, inputs, order(), later)
     if later:
       out.setdefault(u, set()).update(later)
   for u, tied in st.pre_read_eqns.items():
@@ -1348,7 +1354,7 @@ def tie_derived_reads(st: _State) -> dict[int, set[int]]:
     # loop's other result that picks a branch reading this buffer).
     later = {c for w in ties for c, _ in g.uses(w) if c not in anc and c != u}
     if any(c < max(tied) for c in later):     # equations are in program order
-      later -= _ancestors(preds, tied, order, later)
+      later -= _ancestors(preds, tied, order(), later)
     if later:
       out.setdefault(u, set()).update(later)
   return out

@@ -215,7 +215,7 @@ class _Origin:
     return out
 
 
-def _reads_across_barrier(jaxpr, origin: dict, barriers: dict, tied_in: dict) -> bool:
+def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> bool:
   """`reads_across_barrier`, where `origin` maps each invar of `jaxpr` that is a
   call's body XLA inlines to what it is in the caller (`_Origin`: the caller's
   value, and what that value is computed from by operations XLA fuses, `_reach`).
@@ -227,12 +227,12 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict, tied_in: dict) ->
   invars that are a barrier's output in the caller, each with that barrier's input
   (as the outermost caller's name): the update may be inside the body and the
   barrier outside it (measured: miscompiled as when both are outside).
-  `barriers`: whether a jaxpr holds a barrier (`_holds_barrier`); one that holds
-  none and takes none's output has no such read."""
-  if not tied_in and not _holds_barrier(jaxpr, barriers):
+  `memo`: per jaxpr, whether it holds a barrier (`_holds_barrier`; one that holds
+  none and takes none's output has no such read) and its producers
+  (`_producers`)."""
+  if not tied_in and not _holds_barrier(jaxpr, memo):
     return False
-  producer = {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
-              if not C.is_drop_var(v)}
+  producer = _producers(jaxpr, memo)
   # A barrier's output -> its input, for arrays.
   tied: dict[Any, Any] = dict(tied_in)
   # Each value's `_reach` and `_elementwise_roots`, found once: a value's roots
@@ -259,14 +259,14 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict, tied_in: dict) ->
         inner_tied = {i: _outermost(tied[u], origin)
                       for i, u in zip(subs[0].invars, e.invars, strict=True)
                       if not C.is_literal(u) and u in tied}
-        if inner_tied or _holds_barrier(subs[0], barriers):
+        if inner_tied or _holds_barrier(subs[0], memo):
           inner = {i: _Origin(origin[u].name if u in origin else u,
                               functools.partial(reach_of, u))
                    for i, u in zip(subs[0].invars, e.invars, strict=True)
                    if not C.is_literal(u)}
-          if _reads_across_barrier(subs[0], inner, barriers, inner_tied):
+          if _reads_across_barrier(subs[0], inner, memo, inner_tied):
             return True
-      elif any(_reads_across_barrier(j, {}, barriers, {}) for j in subs):
+      elif any(_reads_across_barrier(j, {}, memo, {}) for j in subs):
         return True
       continue
     if not tied or e.primitive in _UNFUSED:
@@ -288,6 +288,17 @@ def _reads_across_barrier(jaxpr, origin: dict, barriers: dict, tied_in: dict) ->
           if x in reach or (x in origin and origin[x].name in reach):
             return True
   return False
+
+
+def _producers(jaxpr, memo: dict) -> dict:
+  """Each value `jaxpr` computes -> the index of its equation (memoised by id, with
+  the jaxpr kept alive: a body is visited once per call of it)."""
+  key = ("producers", id(jaxpr))
+  hit = memo.get(key)
+  if hit is None or hit[0] is not jaxpr:
+    hit = memo[key] = (jaxpr, {v: k for k, e in enumerate(jaxpr.eqns) for v in e.outvars
+                               if not C.is_drop_var(v)})
+  return hit[1]
 
 
 def _outermost(v, origin: dict):

@@ -144,10 +144,15 @@ def can_root(eqn) -> bool:
 # --------------------------------------------------------------------------- queries
 
 
+# What most equations are to the analysis (nothing): one frozen instance, not one
+# per equation.
+_NOTHING = EqnInfo()
+
+
 def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[int], ctx: Context) -> EqnInfo:
   """The analysis of one equation; `is_version[i]` says invar i is a buffer version."""
   if not any(is_version) and not C.jaxprs_in_params(eqn.params):
-    return EqnInfo()
+    return _NOTHING
   analyze = rule_for(eqn.primitive).analyze
   if analyze is not None:
     return analyze(eqn, is_version, ctx)
@@ -155,7 +160,7 @@ def eqn_info(eqn: C.JaxprEqn, is_version: Sequence[int], ctx: Context) -> EqnInf
     return _elementwise_rule(eqn, is_version)
   if C.jaxprs_in_params(eqn.params):
     return opaque_info(eqn, is_version)
-  return EqnInfo()
+  return _NOTHING
 
 
 def bindings(eqn, pos: int) -> list[tuple[Any, int]] | None:
@@ -194,13 +199,13 @@ def _elementwise_rule(eqn, is_version) -> EqnInfo:
   for i, (v, ver) in enumerate(zip(eqn.invars, is_version, strict=True)):
     if ver and int(ver) > level and same_type(v.aval, out):
       best, level = i, int(ver)
-  return EqnInfo() if best is None else EqnInfo(uses=(InplaceUse(best, 0, strong=False),))
+  return _NOTHING if best is None else EqnInfo(uses=(InplaceUse(best, 0, strong=False),))
 
 
 def opaque_info(eqn, is_version) -> EqnInfo:
   """A primitive carrying jaxprs that no rule knows: a read of every buffer."""
   if not any(is_version):
-    return EqnInfo()
+    return _NOTHING
   return EqnInfo(conflicts=(Conflict(
       FindingKind.OPAQUE_PRIMITIVE,
       f"primitive '{eqn.primitive}' carries jaxprs inplace_jax does not know how to "
