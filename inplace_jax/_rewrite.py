@@ -239,6 +239,10 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
   # are barrier outputs made before it, so later barriers leave them as they are.
   reaches: dict[Any, frozenset] = {}
   roots_of: dict[Any, tuple] = {}
+  # The values that have roots (a barrier's output, or computed elementwise at
+  # their shape from one), found forward: an equation none of whose operands has
+  # roots is passed over without looking back.
+  rooted: set = set(tied)
 
   def reach_of(w) -> frozenset:
     hit = reaches.get(w)
@@ -248,9 +252,11 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
 
   for e in jaxpr.eqns:
     if e.primitive is C.optimization_barrier_p:
-      tied.update((y, x) for x, y in zip(e.invars, e.outvars, strict=True)
-                  if not C.is_literal(x) and not C.is_drop_var(y)
-                  and getattr(x.aval, "ndim", 0) > 0)
+      for x, y in zip(e.invars, e.outvars, strict=True):
+        if not C.is_literal(x) and not C.is_drop_var(y) and \
+            getattr(x.aval, "ndim", 0) > 0:
+          tied[y] = x
+          rooted.add(y)
       continue
     if C.jaxprs_in_params(e.params):
       subs = list(C.sub_jaxprs(e.params))
@@ -269,13 +275,16 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
       elif any(_reads_across_barrier(j, {}, memo, {}) for j in subs):
         return True
       continue
-    if not tied or e.primitive in _UNFUSED:
+    ins = [y for y in e.invars if not C.is_literal(y) and y in rooted]
+    if not ins or e.primitive in _UNFUSED:
       continue
+    if _traits.has(e.primitive, _traits.Trait.ELEMENTWISE):
+      shapes = {getattr(y.aval, "shape", None) for y in ins}
+      rooted.update(o for o in e.outvars
+                    if not C.is_drop_var(o) and getattr(o.aval, "shape", None) in shapes)
     out_types = [(getattr(o.aval, "shape", None), getattr(o.aval, "dtype", None))
                  for o in e.outvars]
-    for y in e.invars:
-      if C.is_literal(y):
-        continue
+    for y in ins:
       y_type = (getattr(y.aval, "shape", None), getattr(y.aval, "dtype", None))
       if y_type[0] is None or y_type not in out_types:
         continue
