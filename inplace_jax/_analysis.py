@@ -255,9 +255,11 @@ def dce(jaxpr):
   live = {v for v in jaxpr.outvars if not C.is_literal(v)}
   keep = []
   for eqn in reversed(jaxpr.eqns):
-    if eqn.effects or any(not C.is_drop_var(v) and v in live for v in eqn.outvars):
+    if eqn.effects or any(v in live for v in eqn.outvars if not C.is_drop_var(v)):
       keep.append(eqn)
-      live.update(v for v in eqn.invars if not C.is_literal(v))
+      for v in eqn.invars:
+        if not C.is_literal(v):
+          live.add(v)
   if len(keep) == len(jaxpr.eqns):
     return jaxpr
   keep.reverse()
@@ -309,13 +311,21 @@ def find_versions(st: _State, analyzer: Analyzer, left: Sequence[bool] = ()) -> 
   alone = {v for v, x in zip(g.jaxpr.invars, left) if x}
   # Versions an elementwise op made (a weak update): `_made_strongly_first`.
   weakly: set[Any] = set()
+  startable: dict[Any, bool] = {}     # `_can_start`, asked once per value
+
+  def can_start(v) -> bool:
+    hit = startable.get(v)
+    if hit is None:
+      hit = startable[v] = _can_start(g, v)
+    return hit
+
   for k, eqn in enumerate(g.eqns):
     if alone:
       types = [v.aval for v in eqn.invars if not C.is_literal(v) and v in alone]
       alone.update(o for o in eqn.outvars if not C.is_drop_var(o)
                    and any(_rules.same_type(o.aval, a) for a in types))
     cand = [0 if C.is_literal(v) or v in alone else
-            levels.get(v) or (STARTED if _can_start(g, v) else 0)
+            levels.get(v) or (STARTED if can_start(v) else 0)
             for v in eqn.invars]
     if _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE):
       cand = _made_strongly_first(eqn, _unreturned_first(g, eqn, cand), weakly)

@@ -22,20 +22,25 @@ class Graph:
     self.consumers: dict[Any, list[tuple[int, int]]] = {}
     self.edges: list[set[int]] = [set() for _ in range(self.n)]
     prev_effect = None
+    producer, consumers, edges = self.producer, self.consumers, self.edges
     for k, eqn in enumerate(self.eqns):
       for pos, v in enumerate(eqn.invars):
         if C.is_literal(v):
           continue
-        self.consumers.setdefault(v, []).append((k, pos))
-        p = self.producer.get(v)
+        uses = consumers.get(v)
+        if uses is None:
+          consumers[v] = [(k, pos)]
+        else:
+          uses.append((k, pos))
+        p = producer.get(v)
         if p is not None:
-          self.edges[p].add(k)
+          edges[p].add(k)
       for v in eqn.outvars:
         if not C.is_drop_var(v):
-          self.producer[v] = k
+          producer[v] = k
       if eqn.effects:
         if prev_effect is not None:
-          self.edges[prev_effect].add(k)
+          edges[prev_effect].add(k)
         prev_effect = k
     self.outvars = {v for v in jaxpr.outvars if not C.is_literal(v)}
 

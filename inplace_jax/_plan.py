@@ -147,7 +147,12 @@ class EqnInfo:
 
   @property
   def changed(self) -> bool:
-    return self.action is not None or any(p.changed for _, p in self.subplans)
+    if self.action is not None:
+      return True
+    for _, p in self.subplans:      # asked of every equation: no generator
+      if p.changed:
+        return True
+    return False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,7 @@ class _Emitter:
 
   def __init__(self, plan: Plan, rewriter: Rewriter):
     self.plan, self.rewriter = plan, rewriter
+    self.eqns = plan.jaxpr.eqns
     self.subst: dict[Any, Any] = {}
     self.old_read: dict[int, Any] = {}
     self.out: list[C.JaxprEqn] = []
@@ -129,8 +130,9 @@ class _Emitter:
       self.subst[v] = w
 
   def equation(self, k: int) -> None:
-    eqn, info = self.plan.jaxpr.eqns[k], self.plan.infos[k]
-    invars = [self.s(v) for v in eqn.invars]
+    eqn, info = self.eqns[k], self.plan.infos[k]
+    subst = self.subst
+    invars = [v if C.is_literal(v) else subst.get(v, v) for v in eqn.invars]
     if k in self.plan.splits:
       self.out.extend(updates.split_write(eqn, invars[0], invars[1], invars[2],
                                           self.old_read[k]))
