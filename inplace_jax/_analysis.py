@@ -1548,22 +1548,23 @@ def _heap_order(nodes: Iterable[int], successors: Callable[[int], Iterable[int]]
                 ) -> list[int] | None:
   """`nodes` in an order every edge (`successors`) follows, the smallest ready node
   first; None where the edges close a cycle."""
-  nodes = list(nodes)
-  indeg = dict.fromkeys(nodes, 0)
-  for x in nodes:
-    for b in successors(x):
+  succ = {x: successors(x) for x in nodes}
+  indeg = dict.fromkeys(succ, 0)
+  for bs in succ.values():
+    for b in bs:
       indeg[b] += 1
-  heap = [x for x in nodes if indeg[x] == 0]
+  heap = [x for x, d in indeg.items() if d == 0]
   heapq.heapify(heap)
   order = []
+  pop, push = heapq.heappop, heapq.heappush
   while heap:
-    x = heapq.heappop(heap)
+    x = pop(heap)
     order.append(x)
-    for y in successors(x):
+    for y in succ[x]:
       indeg[y] -= 1
       if indeg[y] == 0:
-        heapq.heappush(heap, y)
-  return order if len(order) == len(nodes) else None
+        push(heap, y)
+  return order if len(order) == len(succ) else None
 
 
 def _flows(st: _State) -> tuple[tuple[int | None, ...], tuple[bool, ...]]:
