@@ -487,8 +487,10 @@ def _drop_unreturned_chains(st: _State) -> None:
   chained = {_out(st, k, use) for k, use in st.successor.values()}
   for root in [v for v in st.successor if v not in chained]:
     chain, v = [], root
-    while v in st.successor and v not in chain:
+    on_chain: set = set()      # membership in one step, not a scan of the chain
+    while v in st.successor and v not in on_chain:
       chain.append(v)
+      on_chain.add(v)
       v = _out(st, *st.successor[v])
     if v not in st.g.outvars:
       for w in chain:
