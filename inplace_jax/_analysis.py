@@ -1510,14 +1510,13 @@ def schedule(g: Graph, pre_versions, pre_read_eqns, after_pre, post_versions
   doubles as priority: the original position, barriers hugging their update.
   """
   nodes = set(3 * k + 1 for k in range(g.n))
-  out: dict[int, set[int]] = {}
+  # The equations' own edges, built in one pass (the most of them by far).
+  out: dict[int, set[int]] = {3 * k + 1: {3 * j + 1 for j in js}
+                              for k, js in enumerate(g.edges) if js}
 
   def edge(a, b):
     out.setdefault(a, set()).add(b)
 
-  for k in range(g.n):
-    for j in g.edges[k]:
-      edge(3 * k + 1, 3 * j + 1)
   for u, vs in pre_versions.items():
     b = 3 * u
     nodes.add(b)
