@@ -12,7 +12,6 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 from __future__ import annotations
 
 import contextlib
-
 import os
 import tempfile
 from collections.abc import Callable, Sequence

@@ -69,7 +69,6 @@ class _Emitter:
 
   def __init__(self, plan: Plan, rewriter: Rewriter):
     self.plan, self.rewriter = plan, rewriter
-    self.eqns = plan.jaxpr.eqns
     self.subst: dict[Any, Any] = {}
     self.old_read: dict[int, Any] = {}
     self.out: list[C.JaxprEqn] = []
@@ -130,9 +129,8 @@ class _Emitter:
       self.subst[v] = w
 
   def equation(self, k: int) -> None:
-    eqn, info = self.eqns[k], self.plan.infos[k]
-    subst = self.subst
-    invars = [v if C.is_literal(v) else subst.get(v, v) for v in eqn.invars]
+    eqn, info = self.plan.jaxpr.eqns[k], self.plan.infos[k]
+    invars = [self.s(v) for v in eqn.invars]
     if k in self.plan.splits:
       self.out.extend(updates.split_write(eqn, invars[0], invars[1], invars[2],
                                           self.old_read[k]))
@@ -229,10 +227,10 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
   invars that are a barrier's output in the caller, each with that barrier's input
   (as the outermost caller's name): the update may be inside the body and the
   barrier outside it (measured: miscompiled as when both are outside).
-  `memo`: per jaxpr, whether it holds a barrier (`_holds_barrier`; one that holds
+  `memo`: per jaxpr, whether it holds a barrier (`holds`; one that holds
   none and takes none's output has no such read) and its producers
   (`_producers`)."""
-  if not tied_in and not _holds_barrier(jaxpr, memo):
+  if not tied_in and not holds(jaxpr, C.optimization_barrier_p, memo):
     return False
   producer = _producers(jaxpr, memo)
   # A barrier's output -> its input, for arrays.
@@ -267,7 +265,7 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
         inner_tied = {i: _outermost(tied[u], origin)
                       for i, u in zip(subs[0].invars, e.invars, strict=True)
                       if not C.is_literal(u) and u in tied}
-        if inner_tied or _holds_barrier(subs[0], memo):
+        if inner_tied or holds(subs[0], C.optimization_barrier_p, memo):
           inner = {i: _Origin(origin[u].name if u in origin else u,
                               functools.partial(reach_of, u))
                    for i, u in zip(subs[0].invars, e.invars, strict=True)
@@ -315,18 +313,6 @@ def _producers(jaxpr, memo: dict) -> dict:
 def _outermost(v, origin: dict):
   """`v` as the outermost caller names it (`_Origin.name`)."""
   return origin[v].name if v in origin else v
-
-
-def _holds_barrier(jaxpr, memo: dict) -> bool:
-  """Whether `jaxpr` holds an `optimization_barrier`, at any depth (memoised by id,
-  keeping the jaxpr alive)."""
-  hit = memo.get(id(jaxpr))
-  if hit is None or hit[0] is not jaxpr:
-    hit = memo[id(jaxpr)] = (jaxpr, any(
-        e.primitive is C.optimization_barrier_p
-        or any(_holds_barrier(j, memo) for j in C.sub_jaxprs(e.params))
-        for e in jaxpr.eqns))
-  return hit[1]
 
 
 # Calls XLA inlines into their caller, whose body's operations fuse with it.
@@ -401,14 +387,19 @@ def _loop_body(eqn) -> tuple[Any, int] | None:
   return None
 
 
-def holds(jaxpr, primitive) -> bool:
-  """Whether `jaxpr` holds an equation of `primitive`, at any depth."""
-  for e in jaxpr.eqns:
-    if e.primitive is primitive:
-      return True
-    if any(holds(j, primitive) for j in C.sub_jaxprs(e.params)):
-      return True
-  return False
+def holds(jaxpr, primitive, memo: dict | None = None) -> bool:
+  """Whether `jaxpr` holds an equation of `primitive`, at any depth. `memo`, for
+  one primitive: the answers by jaxpr id (each jaxpr kept alive with its answer)."""
+  if memo is not None:
+    hit = memo.get(id(jaxpr))
+    if hit is not None and hit[0] is jaxpr:
+      return hit[1]
+  out = any(e.primitive is primitive
+            or any(holds(j, primitive, memo) for j in C.sub_jaxprs(e.params))
+            for e in jaxpr.eqns)
+  if memo is not None:
+    memo[id(jaxpr)] = (jaxpr, out)
+  return out
 
 
 def _nbytes(v) -> int:
