@@ -75,23 +75,54 @@ def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
   instructions (metadata dropped); where `constants` gives a function's arguments
   that hold a constant (`constant_arguments`), a division or comparison reads the
   constant instead of its load (`_constant_loads`). Selects LLVM branches are
-  split (`_selects_branched`); exact scalings are left to `_parsed`."""
+  split (`_selects_branched`); exact scalings are left to `_parsed`.
+
+  Memoised by a function's body text (and its constants) until `forget`: jax.jit's
+  program and its candidates compile most kernels alike, under other names."""
   out: list[dict[str, list[str]]] = []
-  names: list[str] = []
-  blocks: dict[str, list[str]] | None = None
+  for name, body in _bodies(text):
+    arguments = constants.get(name) if constants else None
+    key = (body, tuple(sorted(arguments.items())) if arguments else ())
+    hit = _PARSE_MEMO.get(key)
+    if hit is None:
+      blocks = _blocks(body)
+      if arguments:
+        blocks = _constant_loads(blocks, arguments)
+      if len(_PARSE_MEMO) > 4096:
+        _PARSE_MEMO.clear()
+      hit = _PARSE_MEMO[key] = _selects_branched(blocks)
+    out.append(hit)
+  return out
+
+
+def _bodies(text: str) -> list[tuple[str, str]]:
+  """(name, body) of each function defined in `text`: the lines after a line
+  that starts with `define ` up to the next line that starts with `}`."""
+  out: list[tuple[str, str]] = []
+  start = 0 if text.startswith("define ") else text.find("\ndefine ") + 1
+  while start > 0 or (start == 0 and text.startswith("define ")):
+    eol = text.find("\n", start)
+    if eol < 0:
+      name = _FUNCTION_NAME.search(text[start:])
+      out.append((name.group(1) if name else "", ""))
+      break
+    name = _FUNCTION_NAME.search(text[start:eol])
+    end = text.find("\n}", eol)
+    out.append((name.group(1) if name else "",
+                text[eol + 1:] if end < 0 else text[eol + 1:end + 1]))
+    if end < 0:
+      break
+    nxt = text.find("\ndefine ", end + 1)
+    start = nxt + 1 if nxt >= 0 else -1
+  return out
+
+
+def _blocks(body: str) -> dict[str, list[str]]:
+  """A function body's basic blocks, each a list of its instructions (metadata
+  and comments dropped)."""
+  blocks: dict[str, list[str]] = {"": []}
   block = ""
-  for line in text.splitlines():
-    if line.startswith("define "):
-      blocks, block = {"": []}, ""
-      out.append(blocks)
-      name = _FUNCTION_NAME.search(line)
-      names.append(name.group(1) if name else "")
-      continue
-    if blocks is None:
-      continue
-    if line.startswith("}"):
-      blocks = None
-      continue
+  for line in body.splitlines():
     m = _LABEL.match(line)
     if m:
       block = m.group(1)
@@ -100,10 +131,7 @@ def _functions(text: str, constants: dict[str, dict[int, str]] | None = None
     line = _METADATA.sub("", line).strip()
     if line and not line.startswith(";"):
       blocks[block].append(line)
-  if constants:
-    out = [_constant_loads(f, constants[n]) if n in constants else f
-           for f, n in zip(out, names)]
-  return [_selects_branched(f) for f in out]
+  return blocks
 
 
 _FUNCTION_NAME = re.compile(r"@([\w.\-]+)\(")
@@ -1009,18 +1037,24 @@ _STORED: dict[int, tuple[dict, frozenset[str]]] = {}
 # `_function_values` and `same_semantics`' groups by function id and arguments, and
 # one object per function text (`_interned`).
 _VALUES_MEMO: dict[tuple, tuple[dict, collections.Counter, frozenset[str]]] = {}
-_GROUPS_MEMO: dict[tuple, tuple[dict, list[tuple[str, str]], bool]] = {}
+_GROUPS_MEMO: dict[tuple, tuple[dict, list[tuple[str, str]], bool, list[str]]] = {}
+# `_functions` by function body text and constants.
+_PARSE_MEMO: dict[tuple, dict[str, list[str]]] = {}
+# `_kernel_forms` by function id and stored forms.
+_FORMS_MEMO: dict[tuple, tuple[dict, list, list]] = {}
 _INTERN: dict[tuple, dict[str, list[str]]] = {}
 
 
 def forget() -> None:
   """Drops the memoised lane-free forms (`_lane`), definitions, stored forms,
-  values, semantic groups and the interned functions."""
+  values, semantic groups and form tables, the parsed and the interned functions."""
   _LANE_MEMO.clear()
   _DEFINITIONS.clear()
   _STORED.clear()
   _VALUES_MEMO.clear()
   _GROUPS_MEMO.clear()
+  _FORMS_MEMO.clear()
+  _PARSE_MEMO.clear()
   _INTERN.clear()
 
 
@@ -1801,7 +1835,7 @@ def recomputes_unloadably(a: Kernels, b: Kernels) -> bool:
     return True
   materialised = _materialised(a, b)
   both = _shared(a, b)
-  return any(_Semantics(blocks, materialised).refusing()
+  return any(_groups(blocks, materialised)[1]
              for blocks in (*a.functions, *b.functions) if id(blocks) not in both)
 
 
@@ -1810,14 +1844,25 @@ def _groups(blocks: dict[str, list[str]], materialised: frozenset[str]
   """`_Semantics(blocks, materialised)`'s groups and whether it refused, memoised:
   a kernel both programs compile alike (most are) is read once, for every
   candidate of a decision where the stored forms are the same (`_interned`)."""
+  hit = _semantic_reading(blocks, materialised)
+  return hit[1], hit[2]
+
+
+def _semantic_reading(blocks: dict[str, list[str]], materialised: frozenset[str]
+                      ) -> tuple[dict, list[tuple[str, str]], bool, list[str]]:
+  """(blocks, groups, refused, roots) of `_Semantics(blocks, materialised)`,
+  memoised (`_groups`). The roots are read first, as `groups` reads them: a form
+  once read is remembered, so reading them again changes nothing."""
   key = (id(blocks), materialised)
   hit = _GROUPS_MEMO.get(key)
   if hit is None or hit[0] is not blocks:
     if len(_GROUPS_MEMO) > 4096:
       _GROUPS_MEMO.clear()
     semantics = _Semantics(blocks, materialised)
-    hit = _GROUPS_MEMO[key] = (blocks, semantics.groups(), semantics.refused)
-  return hit[1], hit[2]
+    roots = semantics.roots()
+    groups = semantics.groups()
+    hit = _GROUPS_MEMO[key] = (blocks, groups, semantics.refused, roots)
+  return hit
 
 
 def _paired_refusals(a: Kernels, b: Kernels, materialised: frozenset[str],
@@ -1976,24 +2021,43 @@ def _form_table(k: Kernels, materialised: frozenset[str]):
   forms: dict[str, set[str]] = collections.defaultdict(set)
   kernels: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   for blocks in k.functions:
-    per: dict[str, list[str]] = collections.defaultdict(list)
-    at: dict[str, list[str]] = collections.defaultdict(list)
-    pairs = _groups(blocks, materialised)[0]
-    names = _Semantics(blocks, materialised).roots() if pairs else []
-    for (g, r), name in zip(pairs, names, strict=True):
+    pairs, keys = _kernel_forms(blocks, materialised)
+    for g, r in pairs:
       forms[g].add(r)
-      per[g].append(r)
-      at[g].append(name)
-    extent = _extent(blocks) if per else None
-    for g, seq in per.items():
-      n = _elements(blocks, at[g]) if len(set(seq)) == 1 else None
-      if n is not None:
-        kernels[g][(("*", seq[0]), ("elements", n))] += 1
-      elif extent and extent[0] and len(set(seq)) == 1:
-        kernels[g][(("*", seq[0]), extent)] += 1
-      else:
-        kernels[g][(tuple(seq), extent)] += 1
+    for g, key in keys:
+      kernels[g][key] += 1
   return forms, kernels
+
+
+def _kernel_forms(blocks: dict[str, list[str]], materialised: frozenset[str]
+                  ) -> tuple[list[tuple[str, str]], list[tuple[str, tuple]]]:
+  """One kernel's share of `_form_table`: its groups' (unresolved, resolved) forms
+  and, per group, the key it counts under; memoised like `_groups` (jax.jit's
+  kernels are tabled against each candidate's, and most kernels are the same)."""
+  memo_key = (id(blocks), materialised)
+  hit = _FORMS_MEMO.get(memo_key)
+  if hit is not None and hit[0] is blocks:
+    return hit[1], hit[2]
+  per: dict[str, list[str]] = collections.defaultdict(list)
+  at: dict[str, list[str]] = collections.defaultdict(list)
+  _, pairs, _, names = _semantic_reading(blocks, materialised)
+  for (g, r), name in zip(pairs, names, strict=True):
+    per[g].append(r)
+    at[g].append(name)
+  extent = _extent(blocks) if per else None
+  keys: list[tuple[str, tuple]] = []
+  for g, seq in per.items():
+    n = _elements(blocks, at[g]) if len(set(seq)) == 1 else None
+    if n is not None:
+      keys.append((g, (("*", seq[0]), ("elements", n))))
+    elif extent and extent[0] and len(set(seq)) == 1:
+      keys.append((g, (("*", seq[0]), extent)))
+    else:
+      keys.append((g, (tuple(seq), extent)))
+  if len(_FORMS_MEMO) > 4096:
+    _FORMS_MEMO.clear()
+  _FORMS_MEMO[memo_key] = (blocks, pairs, keys)
+  return pairs, keys
 
 
 def kernels_of_ambiguous_forms_differ(a: Kernels, b: Kernels) -> bool:
