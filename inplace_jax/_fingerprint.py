@@ -444,6 +444,29 @@ def fingerprint(module: HloModule) -> collections.Counter:
       op = ins.metadata.get("op_name")
       out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
   out.update(_expressions(module, small))
+  out.update(_computed(module))
+  return out
+
+
+# Elementwise operations that round: `_computed` lists where each is computed.
+_ROUNDING_ELEMENTWISE = frozenset("add subtract multiply divide".split())
+
+
+def _computed(module: HloModule) -> collections.Counter:
+  """Each source line's floating-point adds, subtracts, multiplies and divides, by
+  kind and type only: where a program computes one and the other does not, XLA
+  folded it in one of them with a constant the other did not see (`x + 0.0` to
+  `x`, wrong for -0.0 and for the subnormals XLA:CPU flushes; a branch's operand
+  that a loop made constant: fuzz seed 8500 #955). Where each is fused does not
+  count here (`fingerprint` lists what contraction depends on)."""
+  out: collections.Counter = collections.Counter()
+  for comp in module.computations.values():
+    for ins in comp.instructions:
+      if ins.opcode in _ROUNDING_ELEMENTWISE and _is_float(ins):
+        op = ins.metadata.get("op_name")
+        element = _ELEMENT_TYPE.search(ins.shape_text)
+        out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
+                      ("computed", ins.opcode, element.group(1) if element else ""))] = 1
   return out
 
 
@@ -462,6 +485,8 @@ def elementwise(op: Operation | str) -> bool:
   if not isinstance(op, Operation):
     return False
   head = op.form[0]
+  if head == "computed":
+    return True     # the kernels' IR says whether it is computed alike
   if head in ("add", "subtract"):
     kind = op.form[3]
   elif head == "product":

@@ -1476,6 +1476,39 @@ def column_read_outside_checkpoint_then_where_and_swap(b0):
   return v2, -b0
 
 
+def zero_carried_through_a_loop_added_in_a_lowered_branch(b0):
+  """Long run seed 8500 #955, commit 4a56098 (inexact on tiny data: 1 of 576
+  elements, a subnormal where jax.jit's program has 0). The loop passes `v1`
+  through, so JAX hands the fori loop the literal 0.0; under jax.jit, XLA computes
+  `b0[i, j] + v1` in the conditional's branch, where the operand is opaque, and
+  flushes the subnormal. Lowered to a loop, the branch reads a constant XLA sinks
+  into the loop and folds `x + 0.0` to `x`: the subnormal stays. The fingerprint
+  listed no plain add; it now lists where each one is computed (`_computed`), and
+  the candidate that lacks it is judged by its kernels, which differ."""
+  def cond1(c1):
+    return c1[0] < 1
+
+  def body1(c1):
+    (i1, b0, a1) = c1
+    return (i1 + 1, b0, a1)
+  (_, b0, v1) = lax.while_loop(cond1, body1, (jnp.int32(0), b0, jnp.float32(0)))
+
+  def body8(i8, c8):
+    (b0, a8) = c8
+
+    def br9_0(b0):
+      return (b0, jnp.float32(0))
+
+    def br9_1(b0):
+      a9 = jnp.float32(0)
+      b0 = b0.at[jnp.argmax(b0[19]) % 24, jnp.argmax(b0[3]) % 24].add(v1)
+      return (b0, a9)
+    (b0, v9) = lax.cond(b0[11, 16] > 0, br9_0, br9_1, b0)
+    return (b0, a8)
+  (b0, v8) = lax.fori_loop(0, 1, body8, (b0, jnp.float32(0)))
+  return (b0,)
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1616,4 +1649,6 @@ REGRESSIONS = [
           data_seed=1066362855),
     _case(column_read_outside_checkpoint_then_where_and_swap, f32("b0", 32, 24),
           data="normal", data_seed=1957556277),
+    _case(zero_carried_through_a_loop_added_in_a_lowered_branch, f32("b0", 24, 24),
+          data="normal", data_seed=1736212885),
 ]
