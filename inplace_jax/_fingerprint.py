@@ -62,6 +62,12 @@ class Operation:
     return f"{self.op or self.form[0]}{where}"
 
 
+def _operation(module: HloModule, ins: Instruction, form: tuple) -> Operation:
+  """`ins` as an `Operation` of `form`: the primitive its metadata names, where."""
+  op = ins.metadata.get("op_name")
+  return Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins), form)
+
+
 def _operand_shape(comp: Computation, name: str) -> str:
   """An operand's shape with its layout."""
   ins = comp.by_name.get(name)
@@ -399,11 +405,9 @@ def _expressions(module: HloModule, small: frozenset[str]) -> collections.Counte
       ambiguous = any(_ambiguous(comp, u) for u in comp.users.get(ins.name, []))
       tree = (_tree(comp, ins.name, full, True) if ambiguous
               else _tree(comp, ins.name, memo))
-      op = ins.metadata.get("op_name")
-      out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
-                    ("product", ins.shape_text, tree,
-                     tuple(sorted(set(users))), loop, _emitter(comp, small),
-                     kind))] += 1
+      out[_operation(module, ins, ("product", ins.shape_text, tree,
+                                   tuple(sorted(set(users))), loop,
+                                   _emitter(comp, small), kind))] += 1
   return out
 
 
@@ -440,9 +444,7 @@ def fingerprint(module: HloModule) -> collections.Counter:
                 _applied(module, ins), _cone(comp, ins) if caller is not None else (),
                 fusion, _reduced(comp, ins, reduced) if caller is not None else (),
                 emitter)
-      loc = module.location(ins)
-      op = ins.metadata.get("op_name")
-      out[Operation(op.rsplit("/", 1)[-1] if op else None, loc, form)] += 1
+      out[_operation(module, ins, form)] += 1
   out.update(_expressions(module, small))
   out.update(_computed(module))
   return out
@@ -463,10 +465,9 @@ def _computed(module: HloModule) -> collections.Counter:
   for comp in module.computations.values():
     for ins in comp.instructions:
       if ins.opcode in _ROUNDING_ELEMENTWISE and _is_float(ins):
-        op = ins.metadata.get("op_name")
         element = _ELEMENT_TYPE.search(ins.shape_text)
-        out[Operation(op.rsplit("/", 1)[-1] if op else None, module.location(ins),
-                      ("computed", ins.opcode, element.group(1) if element else ""))] = 1
+        out[_operation(module, ins, ("computed", ins.opcode,
+                                     element.group(1) if element else ""))] = 1
   return out
 
 

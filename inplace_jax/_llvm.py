@@ -99,8 +99,9 @@ def _bodies(text: str) -> list[tuple[str, str]]:
   """(name, body) of each function defined in `text`: the lines after a line
   that starts with `define ` up to the next line that starts with `}`."""
   out: list[tuple[str, str]] = []
-  start = 0 if text.startswith("define ") else text.find("\ndefine ") + 1
-  while start > 0 or (start == 0 and text.startswith("define ")):
+  first = text.find("\ndefine ")
+  start = 0 if text.startswith("define ") else first + 1 if first >= 0 else -1
+  while start >= 0:
     eol = text.find("\n", start)
     if eol < 0:
       name = _FUNCTION_NAME.search(text[start:])
