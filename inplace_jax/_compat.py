@@ -12,6 +12,7 @@ Supported: jax/jaxlib 0.10.2 (the registry's version when this was written).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -473,6 +474,31 @@ def predicted_aliases(jaxpr, donated) -> list[int | None]:
     if q:
       aliases[q.popleft()] = o
   return aliases
+
+
+def predicted_donors(jaxpr, donated, aliases) -> list[bool]:
+  """Which donated inputs without an alias (`predicted_aliases`) `jax.jit` still
+  gives XLA as buffer donors, as `mlir._set_up_aliases` decides in jax 0.10.2: in
+  order, each takes an output no input is aliased to with as many elements, any
+  shape and dtype. XLA may then write an output of the same byte size over the
+  donor (`may-alias` in the compiled module), or none."""
+  import collections
+  used = used_vars(jaxpr)
+  index = {v: i for i, v in enumerate(jaxpr.invars)}
+  taken = {a for a in aliases if a is not None}
+  sizes: collections.Counter = collections.Counter()
+  for o, w in enumerate(jaxpr.outvars):
+    if o in taken or is_literal(w) or (w in index and not donated[index[w]]):
+      continue
+    if hasattr(w.aval, "shape"):   # not a token
+      sizes[math.prod(w.aval.shape)] += 1
+  donors = [False] * len(jaxpr.invars)
+  for i, (v, d, a) in enumerate(zip(jaxpr.invars, donated, aliases, strict=True)):
+    size = math.prod(getattr(v.aval, "shape", (-1,)))
+    if d and a is None and v in used and sizes[size] > 0:
+      sizes[size] -= 1
+      donors[i] = True
+  return donors
 
 
 # --------------------------------------------------------------------------- jit dispatch

@@ -80,9 +80,16 @@ def untrue_statements(report: CopyReport) -> list[str]:
   """What the causes of `report`'s buffer copies say that the report itself shows
   to be false or empty: an argument named as the operation that reads or updates
   it, an optimization barrier named as an update (a barrier writes nothing), an
-  update said to overwrite the buffer without naming any operation."""
+  update said to overwrite the buffer without naming any operation; a donated
+  buffer said to be reused by no output where the compiled program aliases it to one."""
   arguments = {d.argument for d in report.donations}
   out = []
+  said = [c.cause or "" for c in report.copies] + [f.message for f in report.findings]
+  for d in report.donations:
+    claim = f"no output reuses the buffer of donated {d.argument} "
+    if d.aliased_output is not None and any(claim in t for t in said):
+      out.append(f"{d.argument} is said to be reused by no output, yet output "
+                 f"{d.aliased_output} is aliased to it")
   for c in report.buffer_copies():
     accesses = c.readers + ((c.writer,) if c.writer is not None else ())
     named = [a.op for a in accesses if a.op in arguments]

@@ -162,6 +162,7 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
   outputs of the same shape and dtype, in order). The others are read-only to XLA,
   and sequencing them only costs; the report says why they are copied."""
   aliases = C.predicted_aliases(plan.jaxpr, donated)
+  donors = C.predicted_donors(plan.jaxpr, donated, aliases)
   kept = tuple(b and f is not None and f == a
                for b, f, a in zip(buffers, plan.flows, aliases, strict=True))
   dropped = [i for i, (b, k, v) in enumerate(zip(buffers, kept, jaxpr.invars, strict=True))
@@ -173,7 +174,8 @@ def _honour_aliases(plan: Plan, jaxpr, donated, buffers, analyzer, left=(),
   names = _arg_names(jaxpr)
   notes = tuple(_alias_conflict(names[i], first.flows[i], aliases[i],
                                unchanged=first.flows[i] is not None and
-                               jaxpr.outvars[first.flows[i]] is jaxpr.invars[i])
+                               jaxpr.outvars[first.flows[i]] is jaxpr.invars[i],
+                               donor=donors[i])
                 for i in dropped)
   return dataclasses.replace(plan, conflicts=plan.conflicts + notes + tuple(
       c for c in first.all_conflicts() if c not in plan.all_conflicts()))
@@ -195,13 +197,21 @@ def _arg_names(jaxpr) -> list[str]:
 
 
 def _alias_conflict(name: str, flow: int | None, alias: int | None,
-                    unchanged: bool = False) -> Conflict:
+                    unchanged: bool = False, donor: bool = False) -> Conflict:
   """Why a donated buffer is not sequenced, as JAX's aliasing makes it
-  (`unchanged`: the function returns it as it came in)."""
-  if alias is None:
+  (`unchanged`: the function returns it as it came in; `donor`: JAX gives it to
+  XLA as a buffer donor, `_compat.predicted_donors`)."""
+  if alias is None and donor:
+    # XLA may write an output of the same size over it (a cast, a reshape): the
+    # compiled module's aliasing (the report's donations) says which, if any.
+    msg = (f"no output has the shape and dtype of donated {name}, so JAX aliases it "
+           "to none and leaves its buffer to XLA to reuse for an output of its size; "
+           "inplace_jax orders reads only before updates into the output JAX aliases "
+           "a donated buffer to")
+  elif alias is None:
     msg = (f"no output reuses the buffer of donated {name} (JAX aliases a donated "
-           "input only to an output of its shape and dtype): it cannot be updated "
-           "in place")
+           "input only to an output of its shape and dtype, and no output has its "
+           "number of elements for XLA to reuse it): it cannot be updated in place")
   elif flow is None:
     # What the analysis found, not what XLA does: XLA may still write the output
     # over the buffer (optax.MultiSteps' accumulator, whose elementwise chain
