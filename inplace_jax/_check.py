@@ -259,9 +259,15 @@ def _donations(compiled: Any, modules: Sequence[_hlo.HloModule],
              for jax_name, fallback in zip(all_names[n_const:], names, strict=True)]
 
   kept = _compat.compiled_kept_var_idx(compiled)
+  # Effect tokens (one per ordered effect) come before the arguments' parameters.
+  token_params = sorted(p for p, ins in params.items()
+                        if isinstance(ins.shape, _hlo.ArrayShape)
+                        and ins.shape.element_type == "token")
+  # Not leading (never seen): match by name.
+  tokens = len(token_params) if token_params == list(range(len(token_params))) else -1
   param_of: list[int | None]
-  if kept is not None and (not params or len(kept) == len(params)):
-    position = {k: p for p, k in enumerate(sorted(kept))}
+  if kept is not None and tokens >= 0 and (not params or len(kept) == len(params) - tokens):
+    position = {k: p + tokens for p, k in enumerate(sorted(kept))}
     param_of = [position.get(j + n_const) for j in range(n)]
   else:
     by_name = {v: p for p, v in param_names.items() if v}
@@ -280,6 +286,8 @@ def _donations(compiled: Any, modules: Sequence[_hlo.HloModule],
     if a.parameter_index == ():
       # A non-tuple result is the only output: call it output 0, as a flat leaf index.
       out = a.output_index if (a.output_index or result_is_tuple) else (0,)
+      if out and module is not None:   # effect tokens are no output of the function
+        out = (module.output_number(out[0]),) + tuple(out[1:])
       aliased.setdefault(a.parameter, out)
 
   infos: list[DonationInfo] = []

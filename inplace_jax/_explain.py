@@ -18,9 +18,10 @@ buffer). Every statement it makes is what the HLO shows.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
-from ._hlo import ELEMENTWISE, Computation, HloModule, Instruction
+from ._hlo import ELEMENTWISE, ArrayShape, Computation, HloModule, Instruction
 from ._report import Access, CopyInfo
 
 _IN_PLACE = frozenset({"dynamic-update-slice", "scatter"})
@@ -124,7 +125,7 @@ def _reads(module: HloModule, user: Instruction, operand: str) -> list[Access]:
   fusion, the fused operations that read the parameter bound to it; elsewhere
   `user` itself."""
   if _is_result(module, user):
-    return [_output(k) for k in _positions(user, operand)]
+    return [_output(module.output_number(k)) for k in _positions(user, operand)]
   fused = _fused(module, user)
   if fused is None:
     return [_access(module, user)]
@@ -317,6 +318,9 @@ class Cause:
   by_output: int | None = None
   # With `by_output`: the update runs on the copy, nothing reading the old value.
   in_copy: bool = False
+  # The update's fusion ends in a reshape of its result to this shape (a cache
+  # returned reshaped): XLA runs it on a copy, nothing reading the old value.
+  reshaped: str | None = None
 
   def text(self, buffer: str | None) -> str:
     what = buffer or "the buffer"
@@ -352,6 +356,10 @@ class Cause:
     reads = "; ".join(str(a) for a in self.readers) or "a later use"
     if self.writer is None and self.by_output is None:
       return f"XLA keeps the old value of {what} for {reads}"
+    if self.reshaped is not None and self.writer is not None:
+      return (f"XLA runs the in-place update {self.writer} on a copy of {what}: the "
+              f"update is fused with a reshape of its result to {self.reshaped}, and "
+              "XLA does not run such a fusion in the buffer it updates")
     if self.in_copy and self.writer is not None:
       return (f"XLA runs the in-place update {self.writer} on a copy of {what}: the "
               f"buffer of {what} goes to output {self.by_output} (an aliased output), "
@@ -380,7 +388,8 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
   me = (done or ins).name
   copy_users = comp.users.get(me, [])
   result = next((u for u in copy_users if _is_result(module, u)), None)
-  outputs = tuple(_positions(result, me)) if result is not None else ()
+  outputs = tuple(module.output_number(k) for k in _positions(result, me)) \
+      if result is not None else ()
   def version(name: str) -> bool:
     # Without lineages, every value is taken for a version (as before).
     return versions is None or copy.buffer_parameter in versions(name)
@@ -405,7 +414,8 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
   if result is not None and outputs and all(u is result for u in copy_users):
     # A copy that is only outputs, of a value also returned at another position.
     origin = _producer(comp, v)
-    twice = tuple(k for k, o in enumerate(result.operands) if k not in outputs
+    twice = tuple(module.output_number(k) for k, o in enumerate(result.operands)
+                  if module.output_number(k) not in outputs
                   and origin is not None and _producer(comp, o) is origin)
     if twice:
       return Cause((), None, outputs=outputs, twice=twice)
@@ -425,6 +435,8 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
     readers += [a for o in same if o in writer.operands
                 for a in _reads(module, writer, o)]
     src = comp.by_name.get(v)
+    if not _dedupe(readers) and _reshaped_update(module, writer, ins):
+      return Cause((), _update(module, comp, writer), reshaped=writer.shape_text)
     if not _dedupe(readers) and src is not None and src.opcode == "parameter" \
         and comp.is_entry:
       # Nothing reads the old value: the buffer goes to an output that is no
@@ -476,6 +488,17 @@ def explain(module: HloModule, copy: CopyInfo, into_buffer: bool = False,
                else None, by_output=by_output, returned=returned)
 
 
+def _reshaped_update(module: HloModule, writer: Instruction, copy: Instruction) -> bool:
+  """Whether `writer`, a fusion updating `copy` in place, returns the update in
+  another shape of as many elements (its root a bitcast of the update)."""
+  if _fused(module, writer) is None or not isinstance(writer.shape, ArrayShape) or \
+      not isinstance(copy.shape, ArrayShape):
+    return False
+  return (writer.shape.dims != copy.shape.dims and
+          math.prod(writer.shape.dims) == math.prod(copy.shape.dims) and
+          writer.shape.element_type == copy.shape.element_type)
+
+
 def _returned(module: HloModule, comp: Computation, name: str) -> str | None:
   """The argument `name` is, returned as it came in (through views and copies)."""
   origin = _producer(comp, name)
@@ -492,7 +515,8 @@ def _foreign_output(module: HloModule, parameter: int | None,
   for name, k in module.aliased_outputs().items():
     if k != parameter or version(name):
       continue
-    return next((a.output_index[0] for a in module.aliases if a.parameter == k
+    return next((module.output_number(a.output_index[0]) for a in module.aliases
+                 if a.parameter == k
                  and a.parameter_index == () and len(a.output_index) == 1), None)
   return None
 

@@ -396,6 +396,27 @@ class HloModule:
     root = roots[0] if roots else self.entry.instructions[-1]
     return isinstance(root.shape, TupleShape)
 
+  @functools.cached_property
+  def leading_tokens(self) -> int:
+    """How many effect tokens open the entry's result tuple: JAX passes one per
+    ordered effect (`io_callback(..., ordered=True)`) before the function's
+    outputs, in parameters and results alike."""
+    if self.entry is None or not self.entry_result_is_tuple():
+      return 0
+    roots = [i for i in self.entry.instructions if i.is_root]
+    root = roots[0] if roots else self.entry.instructions[-1]
+    n = 0
+    for e in root.shape.elements:
+      if not (isinstance(e, ArrayShape) and e.element_type == "token"):
+        break
+      n += 1
+    return n
+
+  def output_number(self, k: int) -> int:
+    """The function's output number (its flat output leaf) of entry result
+    position `k`."""
+    return k - self.leading_tokens
+
   def aliased_outputs(self) -> dict[str, int]:
     """Entry instructions whose results are outputs aliased to a parameter (they are
     written into that parameter's buffer), looked up through tuples and bitcasts,

@@ -228,3 +228,14 @@ def test_a_buffer_donor_is_not_said_to_be_reused_by_no_output(fn, args):
     for name in aliased:
       assert not any(f"no output reuses the buffer of donated {name}" in t
                      for t in said), report
+
+
+def test_an_update_fused_with_a_reshape_runs_on_a_copy():
+  # Nothing reads the old cache: XLA fuses the update with the reshape into the
+  # output's shape, and runs that fusion on a copy. The cause said "XLA keeps the
+  # old value of cache for a later use" (there is none).
+  r = compare(_reshaped_cache, jnp.linspace(0, 1, 4 * 256 * 512).reshape(4, 256, 512),
+              jnp.ones((4, 512)), jnp.int32(3), donate_argnums=(0,))
+  for c in _copies(r, "cache"):
+    assert "fused with a reshape of its result to f32[4,256,8,64]" in c.cause, c.cause
+    assert "later use" not in c.cause, c.cause

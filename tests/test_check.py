@@ -185,6 +185,33 @@ def test_donate_argnames_and_keyword_arguments():
   assert not report.copies_over(20)
 
 
+def test_output_numbers_leave_out_ordered_effect_tokens():
+  # An ordered effect gives the compiled module a token as its first parameter and
+  # its first result; the report numbers the function's outputs (its flat output
+  # leaves), as the buffers show: it said "output 1" for output 0.
+  from jax.experimental import io_callback
+
+  def step(p, n):
+    lr = io_callback(lambda s: np.float32(0.5), jax.ShapeDtypeStruct((), jnp.float32),
+                     n, ordered=True)
+    a = p["a"].at[3].multiply(lr)
+    return {"a": a, "b": p["b"] + lr}, a
+
+  p = {"a": jnp.arange(64 * 512.0).reshape(64, 512), "b": jnp.ones((128, 128))}
+  pointers = {f"p['{k}']": v.unsafe_buffer_pointer() for k, v in p.items()}
+  f = inplace_jax.jit(step, donate_argnums=0, on_copy="ignore")
+  leaves = jax.tree.leaves(f(p, jnp.int32(0)))
+  report = f.last_report
+  for d in report.donations:
+    if d.donated:
+      assert d.aliased_output == tuple(
+          i for i, o in enumerate(leaves)
+          if o.unsafe_buffer_pointer() == pointers[d.argument]), report
+  (copy,) = report.buffer_copies(1024)   # `a` returned twice: outputs 0 and 2
+  assert "output 0 and output 2" in copy.cause, report
+  assert not report.problems, report.problems
+
+
 # --------------------------------------------------------------------------- control flow
 
 
