@@ -405,6 +405,8 @@ class HloModule:
       return 0
     roots = [i for i in self.entry.instructions if i.is_root]
     root = roots[0] if roots else self.entry.instructions[-1]
+    if not isinstance(root.shape, TupleShape):
+      return 0
     n = 0
     for e in root.shape.elements:
       if not (isinstance(e, ArrayShape) and e.element_type == "token"):
