@@ -1,4 +1,4 @@
-"""Probe programs: 132 more programs in the styles of the real libraries' users
+"""Probe programs: 131 more programs in the styles of the real libraries' users
 (Flax linen and NNX, Optax, JAX Refs, Equinox, Diffrax, Flashbax, Gymnax), written
 from those libraries' docs to look for what the real-library suite
 (`inplace_jax.testing.realworld`, 19 programs, run in CI) does not cover: other

@@ -1,4 +1,4 @@
-"""A sample of the probe programs (`benchmarks/probes`, 132 programs in the styles
+"""A sample of the probe programs (`benchmarks/probes`, 131 programs in the styles
 of Flax, Optax, JAX Refs, Equinox, Diffrax, Flashbax and Gymnax users), checked as
 `python -m benchmarks.probes` checks them: values bit-equal to jax.jit's over a
 chain of steps, never more buffer bytes copied, a warning exactly when a
