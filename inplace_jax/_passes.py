@@ -77,6 +77,9 @@ class PassContext:
   # True splices every call XLA inlines, "moves" only nested jits of data
   # movement, False none.
   inline_calls: bool | str = False
+  # Every input's donation, where the jaxpr is a whole program (its outputs are
+  # the compiled module's): what JAX's aliasing of outputs is predicted from.
+  whole_donated: tuple[bool, ...] | None = None
 
 
 def inline_calls(jaxpr, consts, ctx: PassContext):
@@ -342,9 +345,59 @@ def _forwarded(jaxpr, memo: dict):
   return out
 
 
+def tie_reshaped_outputs(jaxpr, consts, ctx: PassContext):
+  """A barrier between the last version of a donated buffer and its reshape into
+  an output. JAX aliases no output to such a buffer (none has its shape) but gives
+  it to XLA as a donor, and XLA writes the output of its size over it; XLA fuses
+  the update with the reshape and runs that fusion on a copy of the buffer (a
+  cache returned reshaped, `benchmarks/probes`), where with the barrier the update
+  runs in place and the reshape is a bitcast of its result."""
+  if ctx.whole_donated is None:
+    return jaxpr, consts
+  aliases = C.predicted_aliases(jaxpr, ctx.whole_donated)
+  donors = C.predicted_donors(jaxpr, ctx.whole_donated, aliases)
+  buffers = {(tuple(v.aval.shape), v.aval.dtype): v
+             for v, d, b in zip(jaxpr.invars, donors, ctx.donated, strict=True) if d and b}
+  if not buffers:
+    return jaxpr, consts
+  # The donated buffers each value is computed from.
+  reach: dict = {v: {v} for v in buffers.values()}
+  producer: dict = {}
+  for e in jaxpr.eqns:
+    dep = set().union(*(reach.get(v, ()) for v in e.invars if not C.is_literal(v)))
+    for o in e.outvars:
+      producer[o] = e
+      if dep:
+        reach[o] = dep
+  inputs = set(jaxpr.invars)
+  tied = {}
+  for o in jaxpr.outvars:
+    e = producer.get(o) if not C.is_literal(o) else None
+    if e is None or e.primitive not in (C.reshape_p, C.squeeze_p):
+      continue
+    v = e.invars[0]
+    if C.is_literal(v) or v in inputs or v.aval.dtype != o.aval.dtype:
+      continue
+    x = buffers.get((tuple(v.aval.shape), v.aval.dtype))
+    if x is not None and x in reach.get(v, ()):
+      tied[id(e)] = e
+  if not tied:
+    return jaxpr, consts
+  eqns = []
+  for e in jaxpr.eqns:
+    if id(e) in tied:
+      barrier, (w,) = _build.barrier_eqn([e.invars[0]], e)
+      eqns.append(barrier)
+      e = e.replace(invars=[w] + list(e.invars[1:]))
+    eqns.append(e)
+  ctx.restructured.append("tie_reshaped_outputs")
+  return jaxpr.replace(eqns=eqns), consts
+
+
 PASSES = (inline_calls, discharge_refs, fold_known_conditionals, forward_passed_carries,
           dead_code, predicate_batched_loops, pick_given_outputs, merge_cond_operands,
-          carry_scanned_buffers, distinct_fills, erase_remat_barriers, clone_shared)
+          carry_scanned_buffers, distinct_fills, erase_remat_barriers, clone_shared,
+          tie_reshaped_outputs)
 
 
 def normalise(jaxpr, consts, ctx: PassContext):

@@ -128,7 +128,9 @@ def _sequence_jaxpr(closed_jaxpr, donated: Sequence[bool] | None = None, *,
       ctx = _passes.PassContext(donated=buffers, in_loop=in_loop,
                                 erase_remat_barriers=erase_remat_barriers,
                                 analyze=analyzer, clone=hints.clone,
-                                inline_calls=inline_calls)
+                                inline_calls=inline_calls,
+                                whole_donated=donated if boundary and not in_loop
+                                else None)
       jaxpr, consts = _passes.normalise(jaxpr, consts, ctx)
       # Donated buffers not to sequence are left exactly as they are.
       left = tuple(d and not b and hints.leave
