@@ -260,9 +260,7 @@ def _donations(compiled: Any, modules: Sequence[_hlo.HloModule],
 
   kept = _compat.compiled_kept_var_idx(compiled)
   # Effect tokens (one per ordered effect) come before the arguments' parameters.
-  token_params = sorted(p for p, ins in params.items()
-                        if isinstance(ins.shape, _hlo.ArrayShape)
-                        and ins.shape.element_type == "token")
+  token_params = sorted(p for p, ins in params.items() if _hlo.is_token(ins.shape))
   # Not leading (never seen): match by name.
   tokens = len(token_params) if token_params == list(range(len(token_params))) else -1
   param_of: list[int | None]

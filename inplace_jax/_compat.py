@@ -453,6 +453,15 @@ def used_vars(jaxpr) -> set:
   return used
 
 
+def _compiled_outputs(jaxpr, donated):
+  """(position, variable) of the outputs that are the compiled module's: not
+  literals, and not undonated inputs, which `jit` forwards without XLA."""
+  index = {v: i for i, v in enumerate(jaxpr.invars)}
+  for o, w in enumerate(jaxpr.outvars):
+    if not (is_literal(w) or (w in index and not donated[index[w]])):
+      yield o, w
+
+
 def predicted_aliases(jaxpr, donated) -> list[int | None]:
   """Which output `jax.jit` aliases to each donated input (None: none), as
   `mlir._set_up_aliases` decides in jax 0.10.2: outputs in order each take the
@@ -461,15 +470,12 @@ def predicted_aliases(jaxpr, donated) -> list[int | None]:
   without going through XLA."""
   import collections
   used = used_vars(jaxpr)
-  index = {v: i for i, v in enumerate(jaxpr.invars)}
   queues: dict = collections.defaultdict(collections.deque)
   for i, (v, d) in enumerate(zip(jaxpr.invars, donated, strict=True)):
     if d and v in used:
       queues[(tuple(v.aval.shape), v.aval.dtype)].append(i)
   aliases: list[int | None] = [None] * len(jaxpr.invars)
-  for o, w in enumerate(jaxpr.outvars):
-    if is_literal(w) or (w in index and not donated[index[w]]):
-      continue
+  for o, w in _compiled_outputs(jaxpr, donated):
     q = queues.get((tuple(w.aval.shape), w.aval.dtype))
     if q:
       aliases[q.popleft()] = o
@@ -484,13 +490,10 @@ def predicted_donors(jaxpr, donated, aliases) -> list[bool]:
   donor (`may-alias` in the compiled module), or none."""
   import collections
   used = used_vars(jaxpr)
-  index = {v: i for i, v in enumerate(jaxpr.invars)}
   taken = {a for a in aliases if a is not None}
   sizes: collections.Counter = collections.Counter()
-  for o, w in enumerate(jaxpr.outvars):
-    if o in taken or is_literal(w) or (w in index and not donated[index[w]]):
-      continue
-    if hasattr(w.aval, "shape"):   # not a token
+  for o, w in _compiled_outputs(jaxpr, donated):
+    if o not in taken and hasattr(w.aval, "shape"):   # not a token
       sizes[math.prod(w.aval.shape)] += 1
   donors = [False] * len(jaxpr.invars)
   for i, (v, d, a) in enumerate(zip(jaxpr.invars, donated, aliases, strict=True)):

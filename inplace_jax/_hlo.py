@@ -84,6 +84,11 @@ class TupleShape:
 
 Shape = ArrayShape | TupleShape
 
+
+def is_token(shape: Shape) -> bool:
+  """Whether `shape` is `token[]` (an effect token JAX threads through)."""
+  return isinstance(shape, ArrayShape) and shape.element_type == "token"
+
 _ARRAY_RE = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?$")
 
 
@@ -387,29 +392,29 @@ class HloModule:
     return frozenset(p.metadata["op_name"] for p in self.entry_parameters().values()
                      if "op_name" in p.metadata)
 
-  def entry_result_is_tuple(self) -> bool:
-    if self.entry is None:
-      return False
+  def _entry_root(self) -> Instruction | None:
+    """The entry computation's result instruction (its last, where none is
+    marked ROOT); None without an entry."""
+    if self.entry is None or not self.entry.instructions:
+      return None
     roots = [i for i in self.entry.instructions if i.is_root]
-    if not roots and not self.entry.instructions:
-      return False
-    root = roots[0] if roots else self.entry.instructions[-1]
-    return isinstance(root.shape, TupleShape)
+    return roots[0] if roots else self.entry.instructions[-1]
+
+  def entry_result_is_tuple(self) -> bool:
+    root = self._entry_root()
+    return root is not None and isinstance(root.shape, TupleShape)
 
   @functools.cached_property
   def leading_tokens(self) -> int:
     """How many effect tokens open the entry's result tuple: JAX passes one per
     ordered effect (`io_callback(..., ordered=True)`) before the function's
     outputs, in parameters and results alike."""
-    if self.entry is None or not self.entry_result_is_tuple():
-      return 0
-    roots = [i for i in self.entry.instructions if i.is_root]
-    root = roots[0] if roots else self.entry.instructions[-1]
-    if not isinstance(root.shape, TupleShape):
+    root = self._entry_root()
+    if root is None or not isinstance(root.shape, TupleShape):
       return 0
     n = 0
     for e in root.shape.elements:
-      if not (isinstance(e, ArrayShape) and e.element_type == "token"):
+      if not is_token(e):
         break
       n += 1
     return n
