@@ -575,7 +575,8 @@ def tie_reads(st: _State) -> None:
     # from the version before the barrier, it would be a second value of one
     # buffer, and XLA:CPU has fused such a read into the in-place update itself and
     # returned wrong values (a row swap in bfloat16, in the fuzzer).
-    st.after_pre.setdefault(u, set()).update(set(reads) - set(tied) - region)
+    st.after_pre.setdefault(u, set()).update(
+        set(reads) - set(tied) - region - _feeding_ties(g, reads, frontier_vars, u))
     if split:
       st.splits.add(u)
     # A read's results are tied even when they are buffers themselves (the result
@@ -589,6 +590,38 @@ def tie_reads(st: _State) -> None:
       # Results of a loop or call XLA inlines are used through the barrier
       # (`_rewrite._kept_control`): their users run after it (`tie_derived_reads`).
       st.co_reads.setdefault(u, set()).update(co)
+
+
+def _feeding_ties(g: Graph, reads: list[int], frontier_vars: list[Any], u: int
+                  ) -> set[int]:
+  """The reads that tied values are computed from and whose results reach update
+  `u` by no other path: they run before the barrier by data, so an untied one is
+  left where it is rather than after the barrier, where it would close a cycle
+  with the tied value it feeds (a ring buffer's `softmax(h @ buf.T) @ buf`, the
+  second product tied, the transpose before the first not)."""
+  if not reads or not frontier_vars:
+    return set()
+  window = set(range(min(reads), u))
+  fed: set[int] = set()
+  for w in frontier_vars:
+    fed |= g.ancestors_within(w, window)
+  return {r for r in reads if r in fed and not _flows_into(g, r, u)}
+
+
+def _flows_into(g: Graph, r: int, u: int) -> bool:
+  """Whether a result of equation `r` is an operand of `u`, directly or through
+  the equations before `u` (data only: `Graph.edges` also holds the order edges
+  the analysis adds)."""
+  seen, stack = {r}, [r]
+  while stack:
+    for w in g.eqns[stack.pop()].outvars:
+      for c, _ in g.uses(w):
+        if c == u:
+          return True
+        if c < u and c not in seen:
+          seen.add(c)
+          stack.append(c)
+  return False
 
 
 def _unrolled_loop(st: _State, u: int) -> bool:

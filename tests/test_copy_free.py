@@ -1155,6 +1155,32 @@ def test_bold_round_runs_for_a_copy_that_names_no_read():
   assert r.report.buffer_copies(1024) == (), r.report
 
 
+def attend_over_ring_then_push(ring, w, x, ptr):
+  """A memory network's step (the probe `eqx_stateindex_read_then_push`): attend
+  over a ring buffer's old contents, then write the new features at the pointer.
+  The ring is read twice, the second product computed from the first through the
+  softmax; jax.jit copies it twice. The tie goes after the second (by the bold
+  round where the analysis predicts it changes the product, which the compiled
+  program's kernels then judge); the first read (a transpose into a product,
+  left untied) feeds it and so runs before the barrier by data. Placed after the
+  barrier, as an untied read is, it closed a cycle and nothing was sequenced."""
+  h = x @ w
+  out = jax.nn.softmax(h @ ring.T / 16.0, axis=-1) @ ring
+  return out, lax.dynamic_update_slice_in_dim(ring, h, ptr, axis=0)
+
+
+def test_a_read_that_feeds_a_tied_read_runs_before_the_barrier():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  rng = np.random.default_rng(3)
+  ring, w, x = (jnp.asarray(rng.normal(size=s), jnp.float32)
+                for s in ((512, 64), (64, 64), (16, 64)))
+  r = compare(attend_over_ring_then_push, ring, w, x, jnp.int32(40))
+  assert sum(c.nbytes for c in r.ref_report.buffer_copies(1024)) >= 2 * ring.nbytes, \
+      r.ref_report
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
 def rows_exchanged_across_dtypes_then_step_and_sum(b0, b1):
   """Fuzz seed 7200 #620 (as generated, dead code left out). Row 5 of b1 is read
   before that row is set, and subtracted from the whole updated buffer before
