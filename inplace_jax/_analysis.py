@@ -54,6 +54,7 @@ from ._plan import (
 from . import _traits
 from ._rules import updates as _updates
 from ._passes import fused_into_readers
+from ._rewrite import loop_fused_reach
 
 
 class Analyzer:
@@ -594,34 +595,28 @@ def tie_reads(st: _State) -> None:
 
 def _feeding_ties(g: Graph, reads: list[int], frontier_vars: list[Any], u: int
                   ) -> set[int]:
-  """The reads that tied values are computed from and whose results reach update
-  `u` by no other path: they run before the barrier by data, so an untied one is
-  left where it is rather than after the barrier, where it would close a cycle
-  with the tied value it feeds (a ring buffer's `softmax(h @ buf.T) @ buf`, the
-  second product tied, the transpose before the first not)."""
+  """The reads that tied values are computed from, and that XLA cannot fuse into
+  update `u` (no result of theirs is among what `u`'s operands are computed from
+  by operations XLA fuses into a loop, `_rewrite.loop_fused_reach`): they run
+  before the barrier by data, so an untied one is left where it is rather than
+  after the barrier, where it would close a cycle with the tied value it feeds
+  (a ring buffer's `softmax(h @ buf.T) @ buf`, the second product tied, the
+  transpose before the first not; a layer's forward product, untied, that its
+  backward product, tied, is computed from). Fused into the update, such a read
+  would read the buffer the update writes (`_rewrite.reads_across_barrier`)."""
   if not reads or not frontier_vars:
     return set()
   window = set(range(min(reads), u))
   fed: set[int] = set()
   for w in frontier_vars:
     fed |= g.ancestors_within(w, window)
-  return {r for r in reads if r in fed and not _flows_into(g, r, u)}
-
-
-def _flows_into(g: Graph, r: int, u: int) -> bool:
-  """Whether a result of equation `r` is an operand of `u`, directly or through
-  the equations before `u` (data only: `Graph.edges` also holds the order edges
-  the analysis adds)."""
-  seen, stack = {r}, [r]
-  while stack:
-    for w in g.eqns[stack.pop()].outvars:
-      for c, _ in g.uses(w):
-        if c == u:
-          return True
-        if c < u and c not in seen:
-          seen.add(c)
-          stack.append(c)
-  return False
+  if not fed.intersection(reads):
+    return set()
+  fused: set[Any] = set()
+  for w in g.eqns[u].invars:
+    if not C.is_literal(w):
+      fused |= loop_fused_reach(w, g.jaxpr, g.producer)
+  return {r for r in reads if r in fed and fused.isdisjoint(g.eqns[r].outvars)}
 
 
 def _unrolled_loop(st: _State, u: int) -> bool:

@@ -348,6 +348,12 @@ def _reach(w, jaxpr, producer, origin: dict) -> frozenset:
   return frozenset(out)
 
 
+def loop_fused_reach(w, jaxpr, producer) -> frozenset:
+  """`w` and every value of `jaxpr` it is computed from by operations XLA fuses
+  into a loop (`_reach`; `producer`: each value's equation index)."""
+  return _reach(w, jaxpr, producer, {})
+
+
 # XLA:CPU's `small-while-loop-hoisting` threshold: a loop whose one iteration
 # (body and condition, by HLO cost analysis) accesses fewer bytes is hoisted.
 SMALL_LOOP_BYTES = 1024
