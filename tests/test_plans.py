@@ -337,12 +337,14 @@ def test_a_spliced_helper_call_is_named_by_its_call_site():
 
 
 def test_barriers_that_close_a_cycle_are_dropped_one_by_one():
-  # A generated program (fuzz seed 2040 #174: a switch reading both buffers, then
-  # rows swapped between them) whose barriers cannot all be honoured together.
-  # The update whose barrier would close the cycle is left to XLA and named; the
-  # others stay (before, the whole jaxpr was left unchanged).
+  # A generated program whose barriers cannot all be honoured together (fuzz seed
+  # 2040 #883: loops and switches over three buffers; #174, a switch reading both
+  # buffers and then rows swapped between them, was one until a read that a tied
+  # value is computed from stayed before the barrier). The update whose barrier
+  # would close the cycle is left to XLA and named; the others stay (before, the
+  # whole jaxpr was left unchanged).
   from inplace_jax.testing import fuzz
-  p = fuzz.generate(2040, 174)
+  p = fuzz.generate(2040, 883)
   args = fuzz.make_inputs(p.bufs, p.data_seed, p.data)
   closed = jax.make_jaxpr(fuzz.build(p))(*args)
   new, plan = inplace_jax.sequence_jaxpr(closed, donated=[True] * len(args))
