@@ -576,8 +576,10 @@ def tie_reads(st: _State) -> None:
     # from the version before the barrier, it would be a second value of one
     # buffer, and XLA:CPU has fused such a read into the in-place update itself and
     # returned wrong values (a row swap in bfloat16, in the fuzzer).
-    st.after_pre.setdefault(u, set()).update(
-        set(reads) - set(tied) - region - _feeding_ties(g, reads, frontier_vars, u))
+    left = set(reads) - set(tied) - region
+    if left:
+      left -= _feeding_ties(g, left, frontier_vars, u)
+    st.after_pre.setdefault(u, set()).update(left)
     if split:
       st.splits.add(u)
     # A read's results are tied even when they are buffers themselves (the result
@@ -593,7 +595,7 @@ def tie_reads(st: _State) -> None:
       st.co_reads.setdefault(u, set()).update(co)
 
 
-def _feeding_ties(g: Graph, reads: list[int], frontier_vars: list[Any], u: int
+def _feeding_ties(g: Graph, reads: set[int], frontier_vars: list[Any], u: int
                   ) -> set[int]:
   """The reads that tied values are computed from, and that XLA cannot fuse into
   update `u` (no result of theirs is among what `u`'s operands are computed from
@@ -606,6 +608,8 @@ def _feeding_ties(g: Graph, reads: list[int], frontier_vars: list[Any], u: int
   would read the buffer the update writes (`_rewrite.reads_across_barrier`)."""
   if not reads or not frontier_vars:
     return set()
+  # Producers precede their users: a path back from a tied value to a read only
+  # passes equations after that read.
   window = set(range(min(reads), u))
   fed: set[int] = set()
   for w in frontier_vars:
