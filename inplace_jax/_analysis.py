@@ -1046,7 +1046,7 @@ def _fused_onward(st: _State, w) -> bool:
   g = st.g
   if w in g.outvars or not g.uses(w):
     return False
-  return all(fused_into_readers(g.eqns[c], st.hints.clone, g.producer_eqn)
+  return all(fused_into_readers(g.eqns[c], st.hints.clone)
              for c, _ in g.uses(w))
 
 

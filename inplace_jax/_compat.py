@@ -101,6 +101,7 @@ squeeze_p = _lax.squeeze_p
 dot_general_p = _lax.dot_general_p
 transpose_p = _lax.transpose_p
 broadcast_in_dim_p = _lax.broadcast_in_dim_p
+div_p = _lax.div_p
 
 while_p = _loops.while_p
 scan_p = _loops.scan_p

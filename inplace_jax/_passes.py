@@ -848,36 +848,31 @@ _MOVES = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "broadcast_i
 _CLONE_LIMIT = 256
 
 
-def fused_into_readers(eqn, level: int, producer: Callable[[Any], Any] = lambda v: None
-                       ) -> bool:
+def fused_into_readers(eqn, level: int) -> bool:
   """Whether XLA computes `eqn` again in each fusion that reads its result, so that
-  clone level `level` computes it once per reader (`clone_shared`). `producer` maps
-  a variable to the equation that computes it (None where none is known)."""
+  clone level `level` computes it once per reader (`clone_shared`)."""
   name = eqn.primitive.name
   if len(eqn.outvars) != 1 or eqn.effects or C.jaxprs_in_params(eqn.params):
     return False
   if level >= 2 and name in _MOVES:
     return True
-  if level >= 1 and name == "div" and _by_scalar(eqn, producer):
+  if level >= 1 and name == "div" and _by_literal(eqn):
     return True
   return (level >= 1 and name not in _EXPENSIVE
           and _traits.has(eqn.primitive, _traits.Trait.ELEMENTWISE)
           and not _traits.has(eqn.primitive, _traits.Trait.SENSITIVE))
 
 
-def _by_scalar(eqn, producer) -> bool:
-  """Whether `eqn` (a `div`) divides floats by one scalar: a literal, or a scalar
-  broadcast. XLA's simplifier multiplies by the reciprocal instead
-  (`A / broadcast(s)` becomes `A * broadcast(1 / s)`, measured on XLA:CPU), a
-  cheap multiply it fuses into each reader."""
+def _by_literal(eqn) -> bool:
+  """Whether `eqn` (a `div`) divides floats by a literal scalar. XLA's simplifier
+  multiplies by the reciprocal instead, a cheap multiply it fuses into each reader.
+  Not a division by a computed scalar: there XLA multiplies by the reciprocal only
+  where the scalar has no other user (measured on XLA:CPU, `_scalar_divisors`), so
+  clones of the division, or of the scalar, change its arithmetic."""
   d = eqn.invars[1]
   if not jax.numpy.issubdtype(eqn.outvars[0].aval.dtype, jax.numpy.inexact):
     return False
-  if C.is_literal(d):
-    return np.ndim(d.val) == 0
-  b = producer(d)
-  return (b is not None and b.primitive.name == "broadcast_in_dim"
-          and not C.is_literal(b.invars[0]) and b.invars[0].aval.shape == ())
+  return C.is_literal(d) and np.ndim(d.val) == 0
 
 
 def _from_inputs(jaxpr, eqns) -> set:
@@ -912,18 +907,19 @@ def _cloned(jaxpr, level: int, memo: dict):
     eqns.append(e if new_params is None else e.replace(params=new_params))
   live = _from_inputs(jaxpr, eqns)
   outs = set(v for v in jaxpr.outvars if not C.is_literal(v))
-  made = {v: e for e in eqns for v in e.outvars}
   # Reverse pass: `readers[v]` are the (kept or cloned) equations reading v, each a
   # mutable list of invars.
   readers: dict = {}
   rev: list = []
   budget = _CLONE_LIMIT
+  divisors = _scalar_divisors(eqns)
   for e in reversed(eqns):
     v = e.outvars[0] if len(e.outvars) == 1 else None
     users = readers.get(v, []) if v is not None else []
     n = len(users) + (1 if v in outs else 0)
     copies = [(e, list(e.invars))]
-    if v is not None and v in live and n > 1 and fused_into_readers(e, level, made.get) \
+    if v is not None and v in live and n > 1 and v not in divisors \
+        and fused_into_readers(e, level) \
         and jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) and budget >= n - 1:
       # The first reader (or the outputs) keeps `v`; every other reader gets its own.
       for ins in users[0 if v in outs else 1:]:
@@ -946,6 +942,28 @@ def _cloned(jaxpr, level: int, memo: dict):
   else:
     out = jaxpr.replace(eqns=[eqn.replace(invars=ins) for eqn, ins in reversed(rev)])
   memo[id(jaxpr)] = (jaxpr, out)
+  return out
+
+
+def _scalar_divisors(eqns) -> set:
+  """The scalars, and broadcasts of scalars, that some `div` of `eqns` divides an
+  array by. XLA's simplifier turns `A / broadcast(s)` into `A * broadcast(1 / s)`
+  only where `s` has no other user (measured on XLA:CPU: `t = 1 - s; a / t, b / t`
+  keeps both divisions, `a / (1 - s), b / (1 - s)` multiplies both by the
+  reciprocal), so a clone of `s`, or of its broadcast, per division would change
+  their arithmetic (Adam's bias corrections, `eqx_mlp_adam`)."""
+  made = {v: e for e in eqns for v in e.outvars}
+  out = set()
+  for e in eqns:
+    d = e.invars[1] if e.primitive is C.div_p else None
+    if d is None or C.is_literal(d) or e.outvars[0].aval.shape == ():
+      continue
+    b = made.get(d)
+    if d.aval.shape == ():
+      out.add(d)
+    elif b is not None and b.primitive is C.broadcast_in_dim_p and \
+        not C.is_literal(b.invars[0]) and b.invars[0].aval.shape == ():
+      out.update((d, b.invars[0]))
   return out
 
 
@@ -990,7 +1008,7 @@ def _moves_sunk(jaxpr, memo: dict):
     p = made.get(src)
     if depth >= _SINK_DEPTH or p is None or src not in live or \
         not jax.numpy.issubdtype(src.aval.dtype, jax.numpy.inexact) or \
-        not fused_into_readers(p, 1, made.get):
+        not fused_into_readers(p, 1):
       return [move]
     ins, pre = [], []
     for a in p.invars:

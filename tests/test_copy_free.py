@@ -1185,6 +1185,25 @@ def _vmapped_layer(w, b, x):
   return w @ x + b
 
 
+def _mlp_loss(p, xs, ys):
+  def mlp(x):
+    h = jax.nn.relu(_vmapped_layer(p["w1"], p["b1"], x))
+    return _vmapped_layer(p["w2"], p["b2"], h)
+  out = jax.vmap(mlp)(xs)
+  return jnp.mean(jax.nn.logsumexp(out, -1)
+                  - jnp.take_along_axis(out, ys[:, None], 1)[:, 0])
+
+
+def _mlp_inputs():
+  rng = np.random.default_rng(0)
+  p = {"w1": rng.normal(size=(256, 128)), "b1": np.zeros(256),
+       "w2": rng.normal(size=(128, 256)) * 0.05, "b2": np.zeros(128)}
+  p = {k: jnp.asarray(v, jnp.float32) for k, v in p.items()}
+  xs = jnp.asarray(rng.normal(size=(64, 128)), jnp.float32)
+  ys = jnp.asarray(rng.integers(0, 128, 64), jnp.int32)
+  return p, xs, ys
+
+
 def vmapped_mlp_sgd_step(p, xs, ys):
   """An SGD step of a two-layer MLP applied per example (`jax.vmap`, as an
   `eqx.nn.MLP` is; the probe `eqx_shared_tied_embedding`). The second weight's
@@ -1192,27 +1211,43 @@ def vmapped_mlp_sgd_step(p, xs, ys):
   (untied: a barrier after a product may change it) through the ReLU's mask; the
   forward product runs before the barrier by data. Placed after it, it closed a
   cycle and nothing was sequenced (jax.jit: one 128 KiB copy)."""
-  def loss(p):
-    def mlp(x):
-      h = jax.nn.relu(_vmapped_layer(p["w1"], p["b1"], x))
-      return _vmapped_layer(p["w2"], p["b2"], h)
-    out = jax.vmap(mlp)(xs)
-    return jnp.mean(jax.nn.logsumexp(out, -1)
-                    - jnp.take_along_axis(out, ys[:, None], 1)[:, 0])
-  l, g = jax.value_and_grad(loss)(p)
+  l, g = jax.value_and_grad(_mlp_loss)(p, xs, ys)
   return jax.tree.map(lambda a, b: a - 0.01 * b, p, g), l
 
 
 def test_a_forward_product_that_feeds_a_tied_backward_product_stays_before_the_tie():
   if not ON_CPU:
     pytest.skip("the copies are XLA:CPU's")
-  rng = np.random.default_rng(0)
-  p = {"w1": rng.normal(size=(256, 128)), "b1": np.zeros(256),
-       "w2": rng.normal(size=(128, 256)) * 0.05, "b2": np.zeros(128)}
-  p = {k: jnp.asarray(v, jnp.float32) for k, v in p.items()}
-  xs = jnp.asarray(rng.normal(size=(64, 128)), jnp.float32)
-  ys = jnp.asarray(rng.integers(0, 128, 64), jnp.int32)
-  r = compare(vmapped_mlp_sgd_step, p, xs, ys)
+  r = compare(vmapped_mlp_sgd_step, *_mlp_inputs())
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+  assert r.report.buffer_copies(1024) == (), r.report
+
+
+def vmapped_mlp_adam_step(p, state, xs, ys):
+  """`vmapped_mlp_sgd_step` with an Adam update written as Optax writes it: each
+  leaf's moments divided by one shared bias correction, `mu / (1 - 0.9 ** t)`.
+  A clone round gave each division its own copy of that scalar, so XLA multiplied
+  by its reciprocal instead of dividing (`_passes._scalar_divisors`), and every
+  candidate changed arithmetic (the real-library `eqx_mlp_adam`, jax.jit: one
+  copy of the second weight)."""
+  loss, g = jax.value_and_grad(lambda p: _mlp_loss(p, xs, ys))(p)
+  mu, nu, t = state
+  t = t + 1
+  mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, mu, g)
+  nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, nu, g)
+  c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
+  p = jax.tree.map(lambda a, m, v: a - 0.001 * (m / c1) / (jnp.sqrt(v / c2) + 1e-8),
+                   p, mu, nu)
+  return p, (mu, nu, t), loss
+
+
+def test_a_shared_bias_correction_keeps_jax_jits_divisions():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  p, xs, ys = _mlp_inputs()
+  state = (jax.tree.map(jnp.zeros_like, p), jax.tree.map(jnp.zeros_like, p),
+           jnp.float32(0))
+  r = compare(vmapped_mlp_adam_step, p, state, xs, ys, donate_argnums=(0, 1))
   assert r.ref_report.buffer_copies(1024), r.ref_report
   assert r.report.buffer_copies(1024) == (), r.report
 

@@ -91,6 +91,50 @@ def test_sums_that_reduce_nothing_move_data():
   assert " reduce(" in jax.jit(lambda x: jnp.sum(x, axis=0)).lower(x).compile().as_text()
 
 
+def _divisions(f, *args) -> int:
+  """The divisions of arrays in `f`'s compiled HLO."""
+  hlo = jax.jit(f).lower(*args).compile().as_text()
+  return sum(" divide(" in ln and not ln.split("=", 1)[1].strip().startswith("f32[]")
+             for ln in hlo.splitlines())
+
+
+def test_a_shared_scalar_divisor_keeps_its_divisions():
+  """XLA multiplies by the reciprocal of a broadcast scalar only where nothing else
+  divides by it (checked here on the installed XLA): the clone rounds keep a
+  computed divisor shared and never clone a division by one (docs/xla_notes.md)."""
+  from inplace_jax import _passes
+  a, b, s = jnp.ones((64, 64)), jnp.ones((32,)), jnp.float32(0.5)
+
+  def shared(a, b, s):          # Adam's bias correction over two leaves
+    t = 1 - s
+    return a / t, b / t
+
+  def apart(a, b, s):           # what a clone of `t` per division compiles
+    return a / (1 - s), b / (1 - s)
+
+  assert _divisions(shared, a, b, s) == 2
+  assert _divisions(apart, a, b, s) == 0
+
+  def once(a, b, s):
+    u = lax.div(a, lax.broadcast_in_dim(1 - s, a.shape, ()))
+    return jnp.sin(u), u * 2
+
+  def cloned(a, b, s):          # what a clone of the division per reader compiles
+    d = lax.broadcast_in_dim(1 - s, a.shape, ())
+    u, v = lax.div(a, d), lax.div(a, d)
+    u, = lax.optimization_barrier((u,))
+    return jnp.sin(u), v * 2
+
+  assert _divisions(once, a, b, s) == 0
+  assert _divisions(cloned, a, b, s) == 1
+  for f in (shared, once):
+    jaxpr = jax.make_jaxpr(f)(a, b, s).jaxpr
+    names = [e.primitive.name for e in jaxpr.eqns]
+    for level in (1, 2):
+      out = [e.primitive.name for e in _passes._cloned(jaxpr, level, {}).eqns]
+      assert (out.count("sub"), out.count("div")) == (1, names.count("div")), (level, out)
+
+
 # --------------------------------------------------------------------------- updates
 
 
