@@ -1524,11 +1524,15 @@ def _schedulable(st: _State, after: dict[int, set[int]]):
       kept, order = trial, found
       continue
     v = st.pre_versions[u][0]
+    # Said only as far as it was found: with the barriers kept so far, or alone.
+    why = (" together with the reads ordered before {} other update{} (each "
+           "needs the other's first)".format(len(kept), "" if len(kept) == 1 else "s")
+           if kept and order_with({u: st.pre_versions[u]}) is not None
+           else ": the order they need closes a cycle")
     st.conflicts.append(Conflict(
         FindingKind.UNSEQUENCED,
         f"the reads of this {v.aval.str_short()} value cannot be ordered before its "
-        "update together with the other buffers' reads (each needs the other's "
-        "first); this update is left to XLA", update=_src(g.eqns[u]),
+        f"update{why}; this update is left to XLA", update=_src(g.eqns[u]),
         nbytes=_rules.nbytes(v.aval),
         buffer_type=_rules.type_str(v.aval), argument=_argument(st, v)))
   return {u: vs for u, vs in st.pre_versions.items() if u in kept}, order

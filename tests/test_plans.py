@@ -394,6 +394,11 @@ def test_barriers_that_close_a_cycle_are_dropped_one_by_one():
   new, plan = inplace_jax.sequence_jaxpr(closed, donated=[True] * len(args))
   dropped = [c for c in plan.all_conflicts() if c.kind is _plan.FindingKind.UNSEQUENCED]
   assert dropped and all(c.update for c in dropped), plan.all_conflicts()
+  # One buffer or several, the message names what was found: the other updates
+  # whose reads were ordered first, or a cycle of the update's own reads.
+  assert all(("together with the reads ordered before" in c.message) !=
+             ("closes a cycle" in c.message) for c in dropped), dropped
+  assert "other buffers" not in " ".join(c.message for c in dropped)
   assert plan.changed
   C.check_jaxpr(new.jaxpr)
   want = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
