@@ -946,24 +946,31 @@ def _cloned(jaxpr, level: int, memo: dict):
 
 
 def _scalar_divisors(eqns) -> set:
-  """The scalars, and broadcasts of scalars, that some `div` of `eqns` divides an
-  array by. XLA's simplifier turns `A / broadcast(s)` into `A * broadcast(1 / s)`
-  only where `s` has no other user (measured on XLA:CPU: `t = 1 - s; a / t, b / t`
-  keeps both divisions, `a / (1 - s), b / (1 - s)` multiplies both by the
-  reciprocal), so a clone of `s`, or of its broadcast, per division would change
-  their arithmetic (Adam's bias corrections, `eqx_mlp_adam`)."""
+  """The scalars, and broadcasts and casts of scalars, that some `div` of `eqns`
+  divides an array by. XLA's simplifier turns `A / broadcast(s)` into
+  `A * broadcast(1 / s)` only where `s` has no other user (measured on XLA:CPU:
+  `t = 1 - s; a / t, b / t` keeps both divisions, `a / (1 - s), b / (1 - s)`
+  multiplies both by the reciprocal), so a clone of `s`, or of its broadcast, per
+  division would change their arithmetic (Adam's bias corrections,
+  `eqx_mlp_adam`)."""
   made = {v: e for e in eqns for v in e.outvars}
-  out = set()
+  out: set = set()
   for e in eqns:
     d = e.invars[1] if e.primitive is C.div_p else None
     if d is None or C.is_literal(d) or e.outvars[0].aval.shape == ():
       continue
-    b = made.get(d)
-    if d.aval.shape == ():
-      out.add(d)
-    elif b is not None and b.primitive is C.broadcast_in_dim_p and \
-        not C.is_literal(b.invars[0]) and b.invars[0].aval.shape == ():
-      out.update((d, b.invars[0]))
+    # Up through broadcasts and casts (XLA drops a cast to the same type) to the
+    # scalar: every value on the way is the divisor to XLA's simplifier.
+    chain = [d]
+    while True:
+      b = made.get(chain[-1])
+      if b is None or b.primitive not in (C.broadcast_in_dim_p,
+                                          C.convert_element_type_p) \
+          or C.is_literal(b.invars[0]):
+        break
+      chain.append(b.invars[0])
+    if any(v.aval.shape == () for v in chain):
+      out.update(chain)
   return out
 
 

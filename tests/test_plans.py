@@ -127,8 +127,10 @@ def test_a_shared_scalar_divisor_keeps_its_divisions():
 
   assert _divisions(once, a, b, s) == 0
   assert _divisions(cloned, a, b, s) == 1
-  for f in (shared, once):
-    jaxpr = jax.make_jaxpr(f)(a, b, s).jaxpr
+  # A weak-typed scalar reaches each division through a cast of its own: the
+  # value cast is the divisor too.
+  for f, scalar in ((shared, s), (once, s), (shared, 0.5), (once, 0.5)):
+    jaxpr = jax.make_jaxpr(f)(a, b, scalar).jaxpr
     names = [e.primitive.name for e in jaxpr.eqns]
     for level in (1, 2):
       out = [e.primitive.name for e in _passes._cloned(jaxpr, level, {}).eqns]
