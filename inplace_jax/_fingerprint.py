@@ -456,19 +456,35 @@ _ROUNDING_ELEMENTWISE = frozenset("add subtract multiply divide".split())
 
 def _computed(module: HloModule) -> collections.Counter:
   """Each source line's floating-point adds, subtracts, multiplies and divides, by
-  kind and type only: where a program computes one and the other does not, XLA
-  folded it in one of them with a constant the other did not see (`x + 0.0` to
-  `x`, wrong for -0.0 and for the subnormals XLA:CPU flushes; a branch's operand
-  that a loop made constant: fuzz seed 8500 #955). Where each is fused does not
-  count here (`fingerprint` lists what contraction depends on)."""
+  kind, type and the constants they take: where a program computes one and the
+  other does not, XLA folded it in one of them with a constant the other did not
+  see (`x + 0.0` to `x`, wrong for -0.0 and for the subnormals XLA:CPU flushes; a
+  branch's operand that a loop made constant: fuzz seed 8500 #955); where they
+  take other constants, XLA folded a chain of them in one (`(x * 0.99) * 0.99` to
+  `x * 0.9801`, one rounding instead of two) that a barrier kept apart in the
+  other (fuzz seed 8800 #2206). Where each is fused does not count here
+  (`fingerprint` lists what contraction depends on)."""
   out: collections.Counter = collections.Counter()
   for comp in module.computations.values():
     for ins in comp.instructions:
       if ins.opcode in _ROUNDING_ELEMENTWISE and _is_float(ins):
         element = _ELEMENT_TYPE.search(ins.shape_text)
         out[_operation(module, ins, ("computed", ins.opcode,
-                                     element.group(1) if element else ""))] = 1
+                                     element.group(1) if element else "",
+                                     _constant_operands(comp, ins)))] = 1
   return out
+
+
+def _constant_operands(comp: Computation, ins: Instruction) -> tuple[str, ...]:
+  """The values of `ins`'s operands that are constants, or broadcasts of one."""
+  out = []
+  for o in ins.operands:
+    a = comp.by_name.get(o)
+    if a is not None and a.opcode == "broadcast" and a.operands:
+      a = comp.by_name.get(a.operands[0])
+    if a is not None and a.opcode == "constant":
+      out.append(a.operand_text.strip())
+  return tuple(sorted(out))
 
 
 # Fusion kinds whose code XLA:CPU emits through LLVM (a `kCustom` fusion runs a

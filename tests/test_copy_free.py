@@ -1252,6 +1252,31 @@ def test_a_shared_bias_correction_keeps_jax_jits_divisions():
   assert r.report.buffer_copies(1024) == (), r.report
 
 
+def step_read_by_a_product_then_scaled_again(b0, b1):
+  """Fuzz seed 8800 #2206, dead code left out. jax.jit folds the two scalings of
+  `b1` into one product by 0.9801 (XLA's simplifier reassociates constants: one
+  rounding); the first candidate ties `b1` between them for the product's read,
+  so it multiplies twice (two roundings, the eager values). The fingerprint listed
+  each line's products by kind only and ran it; it now lists their constants, and
+  the clone round's candidate, which keeps jax.jit's product, runs."""
+  b1 = b1 * 0.99 - 0.25 * jnp.zeros((24, 24), jnp.float32)
+  w = (jnp.arange(192, dtype=jnp.float32).reshape(24, 8) % 3 - 1) * 0.125
+  v2 = jax.vmap(lambda r: r @ w)(b1)
+  b0 = b0.at[0:9, 0:8].set(v2[0:9, 0:8].astype(jnp.int32))
+  b1 = b1 * 0.99
+  return b0, v2, b1
+
+
+def test_a_constant_chain_kept_apart_by_a_tie_is_not_run():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  rng = np.random.default_rng(0)
+  b0 = jnp.asarray(rng.integers(-5, 5, (32, 16)), jnp.int32)
+  b1 = jnp.asarray(rng.normal(size=(24, 24)) * 3, jnp.float32)
+  r = compare(step_read_by_a_product_then_scaled_again, b0, b1, donate_argnums=(0, 1))
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+
+
 def rows_exchanged_across_dtypes_then_step_and_sum(b0, b1):
   """Fuzz seed 7200 #620 (as generated, dead code left out). Row 5 of b1 is read
   before that row is set, and subtracted from the whole updated buffer before

@@ -57,8 +57,9 @@ STATUSES = ("ok", "value", "inexact", "copies", "residual", "unexplained",
             "jax_jit_wrong", "unverified", "crash", "died", "timeout", "invalid")
 # Statuses that fail a run (CI, regressions); "residual" and "unexplained" are
 # reported while the core brings them to zero; "jax_jit_wrong" (inplace_jax's
-# values differ from jax.jit's and are the eager ones, bit for bit, where
-# jax.jit's are not: XLA miscompiled jax.jit's program) is reported, not ours.
+# values differ from jax.jit's beyond rounding and are the eager ones, bit for
+# bit, where jax.jit's are not: XLA miscompiled jax.jit's program) is reported,
+# not ours. A difference by rounding is "inexact" whatever the eager values are.
 HARD_FAILURES = frozenset(
     {"value", "inexact", "copies", "unverified", "crash", "died", "timeout", "invalid"})
 REPORTED = frozenset({"residual", "unexplained", "jax_jit_wrong"})
@@ -288,7 +289,10 @@ def check_function(fn: Callable, bufs: Sequence[Buf], data_seed: int = 0,
   if cmp.difference is not None:
     status, detail = classify_difference(cmp.reference.output, cmp.candidate.output) \
         or ("value", cmp.difference)
-    if _eager_agrees_with_candidate(fn, bufs, data_seed, data, cmp):
+    # Only a difference beyond rounding can be XLA's fault: where they differ by
+    # rounding, jax.jit computed another form (a chain of constants folded into
+    # one, fuzz seed 8800 #2206), and inplace_jax's promise is jax.jit's bits.
+    if status == "value" and _eager_agrees_with_candidate(fn, bufs, data_seed, data, cmp):
       status, detail = "jax_jit_wrong", (
           "inplace_jax's outputs are the eager ones (jax.disable_jit) bit for bit and "
           f"jax.jit's are not: XLA miscompiled jax.jit's program. {detail}")
@@ -350,9 +354,9 @@ def _eager_agrees_with_candidate(fn, bufs, data_seed, data, cmp) -> bool:
   """Whether `fn` run op by op (`jax.disable_jit`) gives inplace_jax's outputs bit
   for bit and not jax.jit's (fuzz seed 5300 #3749: a loop whose body passes the
   buffer through a nested jit; jax.jit's program is wrong in 11 of 576 elements).
-  Eager rounding differs from fused code wherever arithmetic is fused, so this
-  holds only where the values are data movement; elsewhere the mismatch stays a
-  "value" or "inexact" failure."""
+  Asked only of differences beyond rounding: eager code can round as the
+  sequenced program does where jax.jit folded a chain of constants (fuzz seed 8800
+  #2206, 1 ulp in 162 of 576 elements), which is no miscompile."""
   try:
     with jax.disable_jit():
       eager = jax.device_get(fn(*make_inputs(bufs, data_seed, data)))
