@@ -232,6 +232,7 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
   (`_producers`)."""
   if not tied_in and not holds(jaxpr, C.optimization_barrier_p, memo):
     return False
+  jaxpr = _clones_merged(jaxpr, memo)
   producer = _producers(jaxpr, memo)
   # A barrier's output -> its input, for arrays.
   tied: dict[Any, Any] = dict(tied_in)
@@ -297,6 +298,44 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
           if x in reach or (x in origin and origin[x].name in reach):
             return True
   return False
+
+
+def _clones_merged(jaxpr, memo: dict):
+  """`jaxpr` with each operand named as XLA's CSE leaves it: a value an equal
+  equation computed before (equal primitive, parameters and operands; one
+  result, no effects, no jaxpr inside) read as that first value. Clones of an
+  update that a round gives each reader (`_passes.clone_shared`) are merged so
+  where nothing tells them apart: one read after the barrier that materialises
+  the other is then a read of that barrier's input (fuzz seed 8800 #1963: a row
+  of `b - 0.5 * v` set into the buffer `b - 0.5 * v` overwrote, read after it)."""
+  key = ("merged", id(jaxpr))
+  hit = memo.get(key)
+  if hit is not None and hit[0] is jaxpr:
+    return hit[1]
+  alias: dict = {}
+  first: dict = {}
+  eqns = []
+  changed = False
+  for e in jaxpr.eqns:
+    ins = [v if C.is_literal(v) else alias.get(v, v) for v in e.invars]
+    if any(a is not b for a, b in zip(ins, e.invars)):
+      e, changed = e.replace(invars=ins), True
+    eqns.append(e)
+    if len(e.outvars) != 1 or C.is_drop_var(e.outvars[0]) or e.effects or \
+        C.jaxprs_in_params(e.params):
+      continue
+    try:
+      k = (e.primitive, tuple(sorted(e.params.items())),
+           tuple((str(v.aval), repr(v.val)) if C.is_literal(v) else v for v in ins))
+      hash(k)
+    except TypeError:
+      continue
+    v = first.setdefault(k, e.outvars[0])
+    if v is not e.outvars[0]:
+      alias[e.outvars[0]] = v
+  out = jaxpr.replace(eqns=eqns) if changed else jaxpr
+  memo[key] = (jaxpr, out)
+  return out
 
 
 def _producers(jaxpr, memo: dict) -> dict:

@@ -1509,6 +1509,66 @@ def zero_carried_through_a_loop_added_in_a_lowered_branch(b0):
   return (b0,)
 
 
+def step_by_a_matmul_then_its_row_added_merged_clones(b0):
+  """Fuzz seed 8800 #1963, found while developing the materialising round with
+  clones (value: rows 17-23 off by up to 3.1). That round gave the row read and
+  the update their own copies of `b0 - 0.5 * v1`, the update's materialised by a
+  barrier; XLA's CSE merged the two, and the row, read from the barrier's input
+  after the update overwrote it in place, came from the new buffer. Such
+  candidates are no longer compiled (`_rewrite._clones_merged`)."""
+  b0 = lax.dynamic_update_slice(b0, jnp.full((13, 23), 1.5, jnp.float32),
+                                (jnp.argmax(b0[12]) % 12, jnp.argmax(b0[6]) % 10))
+  v1 = jax.vmap(lambda r: r @ (jnp.arange(1024, dtype=jnp.float32).reshape(32, 32) % 7 - 3)
+                * 0.125)(b0)
+  b0 = b0 - 0.5 * v1
+  v2 = b0[16]
+  b0 = b0 + v2 * -0.5
+  return (b0, v1, v2,)
+
+
+
+def max_of_a_swapped_row_and_itself_in_branches(b0, b1, b2):
+  """Long run seed 8800 #4642, at d0a1f55 (inexact on tiny data: 1 of 768
+  elements, 9.3e-39 where inplace_jax gives 0). Row 21 of b2 becomes row 23
+  (`v1`), then `jnp.maximum(b2, resize(v1))` takes the maximum of that row with
+  itself. In jax.jit's kernel, which does the swap and the maximum in one loop,
+  LLVM splits the loop on the row and, for row 21, folds `maximum(x, x)` to `x`:
+  the subnormal is stored as it is. The materialised candidate loads the swapped
+  row and runs the maximum, which XLA:CPU computes with denormals read as zero.
+  Neither fingerprint sees it: the HLO computes the same maximum, and a kernel
+  that stores a loaded value computes nothing the IR fingerprint lists. Not
+  fixed."""
+  v1 = b2[23]
+  b2 = b2.at[23].set(b2[21])
+  b2 = b2.at[21].set(v1)
+  b2 = jnp.maximum(b2, jnp.resize(v1, (24, 32)))
+  v2 = b0[jnp.array([10, 8, 1, 9, 10], dtype=jnp.int32)]
+
+  def br4_0(b0, b1, b2):
+    a4 = jnp.float32(0)
+    v5 = jax.vmap(lambda r: r @ ((jnp.arange(64, dtype=jnp.float32).reshape(8, 8) % 3 - 1)
+                                 * 0.125).astype(jnp.bfloat16))(b1)
+    b1 = b1 * 0.9 + v5
+    b0 = b0 - 0.25 * b1
+    v7 = b0[0, 0:8]
+    v8 = b2[1, 0:8]
+    b0 = b0.at[0, 0:8].set(v8.astype(jnp.bfloat16))
+    b2 = b2.at[1, 0:8].set(v7.astype(jnp.float32))
+    v9 = jax.vmap(lambda r: r @ ((jnp.arange(64, dtype=jnp.float32).reshape(8, 8) % 7 - 3)
+                                 * 0.125).astype(jnp.bfloat16))(b1)
+    a4 = a4 + jnp.sum(v9).astype(jnp.float32)
+    a4 = a4 + jnp.max(b1[0, 0]).astype(jnp.float32)
+    return (b0, b1, b2, a4)
+
+  def br4_1(b0, b1, b2):
+    a4 = jnp.float32(0)
+    b2 = b2.at[:, 9].set(jnp.resize(v2, (24,)).astype(jnp.float32))
+    a4 = a4 + jnp.max(v2).astype(jnp.float32)
+    return (b0, b1, b2, a4)
+  (b0, b1, b2, v4) = lax.cond(b1[0, 3] > 0, br4_0, br4_1, b0, b1, b2)
+  return (v4, b2, v2, b0, b1,)
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1651,4 +1711,11 @@ REGRESSIONS = [
           data="normal", data_seed=1957556277),
     _case(zero_carried_through_a_loop_added_in_a_lowered_branch, f32("b0", 24, 24),
           data="normal", data_seed=1736212885),
+    _case(step_by_a_matmul_then_its_row_added_merged_clones, f32("b0", 24, 32),
+          data="integer", data_seed=233049205),
+    _case(max_of_a_swapped_row_and_itself_in_branches, Buf("b0", (12, 8), "bfloat16"),
+          Buf("b1", (12, 8), "bfloat16"), f32("b2", 24, 32), data="normal",
+          data_seed=1639929849,
+          known_failure="LLVM folds maximum(x, x) in jax.jit's kernel only; XLA:CPU "
+          "reads denormals as zero (inexact on tiny data)"),
 ]
