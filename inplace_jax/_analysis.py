@@ -1046,8 +1046,36 @@ def _fused_onward(st: _State, w) -> bool:
   g = st.g
   if w in g.outvars or not g.uses(w):
     return False
+  p = g.producer.get(w)
+  if p is not None and _traits.has(g.eqns[p].primitive, _traits.Trait.REDUCTION) \
+      and _feeds_update(st, w):
+    # XLA fuses a reduction into the cheap operations that read its result (a
+    # mean's division), but not into an update's fusion: there jax.jit stores
+    # the result, and so does a tie here. Tied further on, the reduction was
+    # fused into the tied value's fusion, for the few elements it reads (fuzz
+    # seed 8800 #672: the mean of a column set, negated and added into a row).
+    return False
   return all(fused_into_readers(g.eqns[c], st.hints.clone)
              for c, _ in g.uses(w))
+
+
+def _feeds_update(st: _State, w) -> bool:
+  """Whether `w` reaches an update through operations XLA computes again in each
+  reader (`fused_into_readers` at the round's clone level)."""
+  g = st.g
+  stack, seen = [w], set()
+  while stack:
+    x = stack.pop()
+    if x in seen:
+      continue
+    seen.add(x)
+    for c, _ in g.uses(x):
+      e = g.eqns[c]
+      if _traits.has(e.primitive, _traits.Trait.UPDATE):
+        return True
+      if fused_into_readers(e, st.hints.clone):
+        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+  return False
 
 
 def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):

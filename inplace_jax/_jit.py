@@ -507,8 +507,16 @@ class InplaceJitted:
     writers = frozenset().union(*(_unnamed_writers(c.report, threshold)
                                   for c in candidates if c.report.verified))
     if copies_remain() and writers:
-      run(dataclasses.replace(learnt, tie_into=writers, materialise=True),
-          len(candidates))
+      materialised = dataclasses.replace(learnt, tie_into=writers, materialise=True)
+      run(materialised, len(candidates))
+      # Where that candidate computes some operation otherwise (a reduction
+      # that jax.jit fuses with the update it reads, now reading the update's
+      # stored result: fuzz seed 8800 #999), one more compile with the values
+      # XLA computes again in each reader cloned (`Hints.clone`), the update
+      # among them.
+      last = candidates[-1]
+      if copies_remain() and last.materialised and last.changed:
+        run(dataclasses.replace(materialised, clone=2), len(candidates))
     # Copies at a conditional the analysis predicted XLA keeps in place as it is
     # (a branch that passes a buffer through beside one that rewrites it and
     # reads the result, jax#16661), or inside one: every conditional that

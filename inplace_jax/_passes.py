@@ -842,7 +842,8 @@ def _distinct_fills(jaxpr):
 # no division, square root or transcendental).
 _EXPENSIVE = frozenset({"div", "rem", "sqrt", "rsqrt", "pow"})
 # Data movement XLA fuses into each reader alike (clone level 2).
-_MOVES = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "broadcast_in_dim"})
+_MOVES = frozenset({"slice", "dynamic_slice", "squeeze", "reshape", "broadcast_in_dim",
+                    "tile"})
 # At most this many equations are added per jaxpr (a chain read by many equations
 # would otherwise grow as a tree).
 _CLONE_LIMIT = 256
@@ -854,7 +855,9 @@ def fused_into_readers(eqn, level: int) -> bool:
   name = eqn.primitive.name
   if len(eqn.outvars) != 1 or eqn.effects or C.jaxprs_in_params(eqn.params):
     return False
-  if level >= 2 and name in _MOVES:
+  if level >= 2 and name in _MOVES and (name != "tile" or level < SINK_LEVEL):
+    # (The sink round moves tiles rather than cloning them: cloned there too, the
+    # sunk slices of a `jnp.resize` were tied whole again, fuzz seed 7400 #1954.)
     return True
   if level >= 1 and name == "div" and _by_literal(eqn):
     return True
@@ -911,6 +914,7 @@ def _cloned(jaxpr, level: int, memo: dict):
   # mutable list of invars.
   readers: dict = {}
   rev: list = []
+  owner: dict = {}        # id of a reader's invars -> that reader
   budget = _CLONE_LIMIT
   divisors = _scalar_divisors(eqns)
   for e in reversed(eqns):
@@ -918,11 +922,25 @@ def _cloned(jaxpr, level: int, memo: dict):
     users = readers.get(v, []) if v is not None else []
     n = len(users) + (1 if v in outs else 0)
     copies = [(e, list(e.invars))]
+    cloned: list = []
     if v is not None and v in live and n > 1 and v not in divisors \
         and fused_into_readers(e, level) \
         and jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact) and budget >= n - 1:
       # The first reader (or the outputs) keeps `v`; every other reader gets its own.
-      for ins in users[0 if v in outs else 1:]:
+      cloned = users[0 if v in outs else 1:]
+    elif v is not None and v in live and n > 1 and level >= 2 \
+        and e.primitive is C.dynamic_update_slice_p:
+      # XLA fuses an update of a slice into each reduction that reads its result,
+      # computing it there again from the buffer before it (fuzz seed 8800 #999:
+      # the sum of a buffer just after a row is set); the others keep `v`.
+      cloned = [ins for ins in users if _traits.has(owner[id(ins)].primitive,
+                                                     _traits.Trait.REDUCTION)]
+      if len(cloned) == n:
+        cloned = cloned[1:]
+      if len(cloned) > budget:
+        cloned = []
+    if cloned and v is not None:
+      for ins in cloned:
         w = C.new_var(v.aval)
         for k, a in enumerate(ins):
           if a is v:
@@ -931,6 +949,7 @@ def _cloned(jaxpr, level: int, memo: dict):
         budget -= 1
     for eqn, ins in copies:
       rev.append((eqn, ins))
+      owner[id(ins)] = eqn
       for a in ins:
         if not C.is_literal(a):
           lst = readers.setdefault(a, [])

@@ -1277,6 +1277,65 @@ def test_a_constant_chain_kept_apart_by_a_tie_is_not_run():
   assert r.ref_report.buffer_copies(1024), r.ref_report
 
 
+def masked_step_averaged_into_a_row_then_rows_swapped(b0, k):
+  """Fuzz seed 8800 #672, its class: a whole-buffer `jnp.where` that reads a
+  block of the buffer, its column means added into a row, then two rows
+  swapped. jax.jit copies b0 for the swap. The first round ties the block and
+  the mask before the `where`, so the mean, which jax.jit fuses with the `where`
+  over the old buffer, sums stored values and may round otherwise; tied where
+  jax.jit's fusions read, the `where` computed again for the mean before the
+  tie and the mean's result stored as jax.jit stores it, the candidate copies
+  nothing and computes every operation alike."""
+  v1 = b0[6:10, 8:15]
+  b0 = jnp.where(b0 > 0, b0, jnp.resize(v1, (24, 16)) * 0.5 + 1)
+  v2 = jnp.mean(b0, axis=0)
+  b0 = b0.at[21, 1:8].add(-v2[:7])
+  a, b = b0[15], b0[k]
+  return b0.at[15].set(b).at[k].set(a)
+
+
+def test_a_reduction_of_a_whole_buffer_update_keeps_jax_jits_fusion():
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(24, 16)), jnp.float32)
+  r = compare(masked_step_averaged_into_a_row_then_rows_swapped, x, jnp.int32(3))
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+  assert not r.report.buffer_copies(1024), r.report
+
+
+def block_clipped_then_row_set_and_summed(b0):
+  """Fuzz seed 8800 #999, its class: a row set at an index read from the
+  buffer, then the buffer returned with its sum. jax.jit fuses the row's update
+  into the sum, which so reads the buffer before the update, and copies it for
+  the update. The sum, given its own copy of the update, is tied before it and
+  keeps jax.jit's fusion."""
+  b0 = b0.at[3:8].min(-2.0)
+  b0 = lax.dynamic_update_index_in_dim(b0, jnp.full((32,), 1.5, jnp.float32),
+                                       jnp.argmax(b0[10]) % 24, 0)
+  return b0, jnp.sum(b0)
+
+
+def block_set_clipped_then_row_set_and_summed(b0):
+  """The same after a block set at indices read from the buffer: the block's
+  update is computed in another buffer and copied in unless each update is
+  materialised (`Hints.materialise`), and that round needs the sum's own copy
+  of the row's update too."""
+  b0 = lax.dynamic_update_slice(b0, jnp.full((3, 24), 3.0, jnp.float32),
+                                (jnp.argmax(b0[3]) % 22, jnp.argmax(b0[6]) % 9))
+  return block_clipped_then_row_set_and_summed(b0)
+
+
+@pytest.mark.parametrize("f", [block_clipped_then_row_set_and_summed,
+                               block_set_clipped_then_row_set_and_summed])
+def test_a_sum_of_an_update_is_tied_before_it(f):
+  if not ON_CPU:
+    pytest.skip("the copies are XLA:CPU's")
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(24, 32)), jnp.float32)
+  r = compare(f, x)
+  assert r.ref_report.buffer_copies(1024), r.ref_report
+  assert not r.report.buffer_copies(1024), r.report
+
+
 def rows_exchanged_across_dtypes_then_step_and_sum(b0, b1):
   """Fuzz seed 7200 #620 (as generated, dead code left out). Row 5 of b1 is read
   before that row is set, and subtracted from the whole updated buffer before
