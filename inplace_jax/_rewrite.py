@@ -263,9 +263,18 @@ def _reads_across_barrier(jaxpr, origin: dict, memo: dict, tied_in: dict) -> boo
       subs = list(C.sub_jaxprs(e.params))
       if e.primitive in _INLINED_CALLS and len(subs) == 1 and \
           len(subs[0].invars) == len(e.invars):
-        inner_tied = {i: _outermost(tied[u], origin)
-                      for i, u in zip(subs[0].invars, e.invars, strict=True)
-                      if not C.is_literal(u) and u in tied}
+        # An operand computed elementwise from a barrier's output is that
+        # buffer to the call's body too: XLA computes the chain in the loop that
+        # writes over it (fuzz seed 8800 #6464: `b * 0.99 - 0.25 * b[5]` after
+        # the tie, a row sliced before it set into the result by the nested jit
+        # of `dynamic_update_index_in_dim`).
+        inner_tied = {}
+        for i, u in zip(subs[0].invars, e.invars, strict=True):
+          if C.is_literal(u) or u not in rooted:
+            continue
+          roots = _elementwise_roots(u, tied, jaxpr, producer, roots_of)
+          if roots:
+            inner_tied[i] = _outermost(tied[roots[0]], origin)
         if inner_tied or holds(subs[0], C.optimization_barrier_p, memo):
           inner = {i: _Origin(origin[u].name if u in origin else u,
                               functools.partial(reach_of, u))

@@ -1601,6 +1601,37 @@ def halved_and_tiled_rows_added_in_nested_branches(b0, b1, b2):
   return (b0, b1, b2,)
 
 
+
+def block_read_outside_jit_set_after_its_step(b0):
+  """Long run seed 8800 #6464, at d0a1f55 (value: row 47 wrong, 24 elements up
+  to 2.2 off; at e08ad5e too). A block of b0 is sliced outside a nested `jit`
+  whose body steps b0 in place after a tie, then sets a row of the block into
+  the result through the nested jit of `dynamic_update_index_in_dim`. The
+  operand that call updates is computed elementwise from the barrier's output,
+  not the output itself, so `reads_across_barrier` did not look inside the call,
+  and XLA read the block's rows after the step overwrote them. Such an operand is
+  now followed into the call (`_elementwise_roots`); the clone round, which
+  splices the calls, runs copy-free."""
+  v1 = b0[19:48, 1:13]
+  v3 = jnp.einsum('ij,jk->ik', b0, (jnp.arange(192, dtype=jnp.float32).reshape(24, 8) % 3 - 1)
+                  * 0.125)
+
+  def fn4(b0):
+    a4 = jnp.float32(0)
+    v5 = b0[5]
+    b0 = b0 * 0.99 - 0.25 * v5
+    b0 = lax.dynamic_update_index_in_dim(b0, jnp.resize(v1, (24,)), jnp.int32(47), 0)
+    v6 = b0[16]
+    b0 = b0.at[16].set(b0[jnp.argmax(b0[27]) % 48])
+    b0 = b0.at[jnp.argmax(b0[27]) % 48].set(v6)
+    return (b0, a4)
+  (b0, v4) = jax.jit(fn4)(b0)
+  b0 = b0.at[jnp.array([38, 38], dtype=jnp.int32)].set(-v4)
+  v8 = jnp.resize(v3, (48, 24))
+  b0 = b0 + v8 * -0.25
+  return (v4, b0,)
+
+
 REGRESSIONS = [
     _case(bf16_einsum_tied_then_widened, Buf("b0", (32, 24), "bfloat16"), f32("b1", 9, 8),
           f32("b2", 32, 16), data="integer", data_seed=1159245139),
@@ -1755,4 +1786,6 @@ REGRESSIONS = [
           data_seed=1173529152,
           known_failure="a subnormal product by 0.5 contracted in one program and "
           "flushed in the other (inexact on tiny data); cause not found"),
+    _case(block_read_outside_jit_set_after_its_step, f32("b0", 48, 24), data="special",
+          data_seed=1580826061),
 ]
