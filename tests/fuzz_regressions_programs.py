@@ -1529,7 +1529,7 @@ def step_by_a_matmul_then_its_row_added_merged_clones(b0):
 
 def max_of_a_swapped_row_and_itself_in_branches(b0, b1, b2):
   """Long run seed 8800 #4642, at d0a1f55 (inexact on tiny data: 1 of 768
-  elements, 9.3e-39 where inplace_jax gives 0). Row 21 of b2 becomes row 23
+  elements, -9.3e-39 where inplace_jax gives -0.0). Row 21 of b2 becomes row 23
   (`v1`), then `jnp.maximum(b2, resize(v1))` takes the maximum of that row with
   itself. In jax.jit's kernel, which does the swap and the maximum in one loop,
   LLVM splits the loop on the row and, for row 21, folds `maximum(x, x)` to `x`:
@@ -1575,9 +1575,11 @@ def halved_and_tiled_rows_added_in_nested_branches(b0, b1, b2):
   data: 2 of 768 elements, up to 2.3e-38, where `b2 * 0.5` is subnormal; also at
   e08ad5e). The avoid round's candidate, whose kernels the comparison reads as
   jax.jit's (each lane a product by 0.5 and an add in one block), rounds
-  otherwise in those elements, as if one program contracted the product into
-  the add and the other flushed it (not shown). Which kernel, and why the
-  comparison misses it, was not found. Not fixed."""
+  otherwise in those elements: jax.jit's values are those of the subnormal
+  product flushed to zero before the add, inplace_jax's those of a fused
+  multiply-add (-3.4e-38 for -1.1e-38 + -2.3e-38 where jax.jit gives -2.3e-38).
+  Which kernel contracts, and why the comparison misses it, was not found. Not
+  fixed."""
   v1 = b2[(jnp.arange(2, dtype=jnp.int32) * 1 + 0) % 24]
 
   def br2_0(b2):
