@@ -186,22 +186,26 @@ def test_a_conflict_explains_only_copies_of_its_buffer():
   assert not _about(conflict(read="f.py:7:1 (f)", update="f.py:8:1 (f)"), copy, None)
 
 
-def loop_step_then_row_set_from_its_sum(b0):
-  """Fuzz seed 7000 #1940 (as generated, dead code left out). This test used seed
-  6500 #2434 until its program ran copy-free (2026-12-06, 295cb61), and before
-  that seed 6000 #617 and seed 4400 #549, which run copy-free too."""
-  def body(i, c):
-    b0, a = c
-    b0 = b0 - 0.1 * b0[13]
-    v5, v6 = b0[3], b0[13]
-    b0 = b0.at[13].set(b0[13])
-    b0 = b0.at[13].set(v6)
-    return b0, a + jnp.sum(v5)
-  b0, v3 = lax.fori_loop(0, 1, body, (b0, jnp.float32(0)))
-  v8 = b0[:, 34]
-  b0 = lax.dynamic_update_index_in_dim(b0, jnp.full((48,), v3) * 0.5 + 1,
-                                       jnp.argmin(b0[:, 23]) % 16, 0)
-  return b0, v8
+def square_set_then_two_row_steps_in_custom_vjp(b0):
+  """Fuzz seed 8800 #269 (as generated, dead code left out). This test used seed
+  7000 #1940 until its program ran copy-free (2026-12-07, e08ad5e), and before
+  that seed 6500 #2434, seed 6000 #617 and seed 4400 #549, which run copy-free
+  too."""
+  v3 = b0 * b0
+  b0 = b0.at[4:32, 4:26].set(-jnp.resize(v3, (28, 22)))
+
+  def fn6(b0):
+    a6 = jnp.float32(0)
+    v7 = b0[27]
+    b0 = b0 + v7 * -0.1
+    v8 = b0[jnp.argmax(b0[26]) % 32]
+    b0 = b0 + v8 * -0.25
+    a6 = a6 + jnp.max(v7).astype(jnp.float32)
+    return (b0, a6)
+  fn6c = jax.custom_vjp(fn6)
+  fn6c.defvjp(lambda *a: (fn6(*a), None), lambda _, g: g[:1])
+  (b0, v6) = fn6c(b0)
+  return (v6, b0, v3,)
 
 
 def test_a_kept_copy_says_which_program_runs_and_which_candidate_copies_less():
@@ -209,8 +213,8 @@ def test_a_kept_copy_says_which_program_runs_and_which_candidate_copies_less():
   # b0 but computes the step differently. The cause said "the sequenced program
   # that removes it ..., so jax.jit's program runs": false on both counts.
   from inplace_jax.testing.fuzz import Buf, make_inputs
-  (x,) = make_inputs((Buf("b0", (16, 48), "float32"),), 148041950, "normal")
-  r = compare(loop_step_then_row_set_from_its_sum, jnp.asarray(x))
+  (x,) = make_inputs((Buf("b0", (32, 33), "float32"),), 393833670, "normal")
+  r = compare(square_set_then_two_row_steps_in_custom_vjp, jnp.asarray(x))
   if not ON_CPU:
     pytest.skip("the copies are XLA:CPU's")
   sig = r.fn.signatures[-1]
