@@ -20,6 +20,7 @@ reach a fusion-sensitive op through ops XLA would fuse with it?) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -188,18 +189,12 @@ def _computation(eqn, eqns) -> int:
 _NUMBERINGS: list = []
 
 
-def _numbering(eqns) -> tuple[dict, dict]:
-  for held, out in _NUMBERINGS:
-    if held is eqns:
-      return out
-  table: dict = {}
-  vn: dict = {}
-  of_eqn: dict = {}
-
-  def num(v):
-    if C.is_literal(v):
-      return ("literal", repr(v.val), str(v.aval))
-    return vn.get(v, ("input", id(v)))
+def merge_key(eqn, number: Callable[[Any], Any]) -> tuple:
+  """What XLA's CSE compares of `eqn`: its primitive, its operands (a literal by
+  its value and type, a variable as `number` names it) and its parameters (an
+  unhashable one by identity)."""
+  def operand(v):
+    return ("literal", repr(v.val), str(v.aval)) if C.is_literal(v) else number(v)
 
   def param(v):
     try:
@@ -208,9 +203,19 @@ def _numbering(eqns) -> tuple[dict, dict]:
     except TypeError:
       return ("object", id(v))
 
+  return (eqn.primitive, tuple(operand(x) for x in eqn.invars),
+          tuple(sorted((k, param(v)) for k, v in eqn.params.items())))
+
+
+def _numbering(eqns) -> tuple[dict, dict]:
+  for held, out in _NUMBERINGS:
+    if held is eqns:
+      return out
+  table: dict = {}
+  vn: dict = {}
+  of_eqn: dict = {}
   for e in eqns:
-    key = (e.primitive, tuple(num(x) for x in e.invars),
-           tuple(sorted((k, param(v)) for k, v in e.params.items())))
+    key = merge_key(e, lambda v: vn.get(v, ("input", id(v))))
     try:
       n = table.setdefault(key, len(table))
     except TypeError:          # a parameter whose hash raised late: never merged

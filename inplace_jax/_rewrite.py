@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _compat as C
 from . import _traits
+from ._exactness import merge_key
 from ._plan import Plan
 from ._rules import _build, call_body, outputs_free_of, rule_for, updates
 
@@ -334,12 +335,9 @@ def _clones_merged(jaxpr, memo: dict):
         C.jaxprs_in_params(e.params):
       continue
     try:
-      k = (e.primitive, tuple(sorted(e.params.items())),
-           tuple((str(v.aval), repr(v.val)) if C.is_literal(v) else v for v in ins))
-      hash(k)
-    except TypeError:
+      v = first.setdefault(merge_key(e, lambda x: x), e.outvars[0])
+    except TypeError:         # a parameter whose hash raised late: never merged
       continue
-    v = first.setdefault(k, e.outvars[0])
     if v is not e.outvars[0]:
       alias[e.outvars[0]] = v
   out = jaxpr.replace(eqns=eqns) if changed else jaxpr
