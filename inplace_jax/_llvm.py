@@ -554,6 +554,56 @@ def _define(blocks: dict[str, list[str]]):
   return rhs, where, uses, stores
 
 
+def _merges(blocks: dict[str, list[str]]) -> frozenset[str]:
+  """The float phis of one function that no loop carries: those whose incoming
+  values do not depend on the phi itself. LLVM sinks an expression's last step
+  into the block where the paths of a split loop body meet (a row loop split on
+  the row a dynamic-update-slice writes): a phi there merges values computed on
+  each path, rounded, and its consumer cannot contract them. Read as a leaf, an add
+  of such a phi shows no product, and a kernel that contracts the same add in one
+  block would look alike (fuzz seed 8800 #5975: jax.jit's kernel added column
+  31's `b * 0.5`, computed on both paths, after the phi; the candidate's
+  contracted it). Memoised like `_definitions`."""
+  hit = _MERGES.get(id(blocks))
+  if hit is not None and hit[0] is blocks:
+    return hit[1]
+  rhs = _definitions(blocks)[0]
+
+  def operands(name: str) -> list[str]:
+    text = rhs[name]
+    found = _PHI_INCOMING.findall(text) if _opcode(text) == "phi" else \
+        _VALUE.findall(text)
+    return [o for o in found if o in rhs]
+
+  out = set()
+  for name, text in rhs.items():
+    if _opcode(text) != "phi" or not _FLOAT_TYPE.search(text.split("[")[0]):
+      continue
+    seen, todo, carried = set(), operands(name), False
+    while todo and not carried:
+      n = todo.pop()
+      if n == name:
+        carried = True
+      elif n not in seen:
+        seen.add(n)
+        todo.extend(operands(n))
+    if not carried:
+      out.add(name)
+  if len(_MERGES) > 4096:
+    _MERGES.clear()
+  found = frozenset(out)
+  _MERGES[id(blocks)] = (blocks, found)
+  return found
+
+
+def _merge_form(text: str, block: str, expr: Callable[[str, str], str]) -> str:
+  """A merging phi (`_merges`) as the set of the values it picks among, each
+  formed by `expr` as an operand of `block`."""
+  forms = sorted({expr(v, block) if _VALUE.fullmatch(v) else v
+                  for v in _PHI_INCOMING.findall(text)})
+  return "phi:" + text.split("[")[0][len("phi"):].strip() + "[" + "|".join(forms) + "]"
+
+
 def _function_values(blocks: dict[str, list[str]],
                      product_uses_only: bool = False,
                      materialised: frozenset[str] | None = None,
@@ -590,6 +640,7 @@ def _values_of(blocks: dict[str, list[str]],
   expressions this function stores, in that form. With `rounding_only`, only
   values whose expression holds an operation that rounds are listed."""
   rhs, where, uses, stores = _definitions(blocks)
+  merges = _merges(blocks)
   memo: dict[tuple[str, str], str] = {}
   rounds: dict[tuple[str, str], bool] = {}
 
@@ -617,6 +668,12 @@ def _values_of(blocks: dict[str, list[str]],
       out = "load:" + text.split(",")[0][len("load"):].strip()
     elif op in _INTEGER_OPS:
       out = "int"
+    elif op == "phi" and name in merges:
+      out = _merge_form(text, where[name], lambda v, b: f"({expr(v, b)})")
+      rounds[key] = any(rounds.get((v, where[name]), False)
+                        for v in _PHI_INCOMING.findall(text))
+      if len(out) > _LIMIT:
+        out = f"phi#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     elif op == "phi":
       out = "phi:" + text.split("[")[0][len("phi"):].strip()
     else:
@@ -747,6 +804,7 @@ def _lane_values(blocks: dict[str, list[str]],
   with flags that let LLVM reassociate). `resolve=False` leaves every add of a
   product unresolved, to group the forms by (`_lane_shares`)."""
   rhs, where, uses, _ = _definitions(blocks)
+  merges = _merges(blocks)
   memo: dict[tuple[str, str], str] = {}
 
   def source(name: str) -> str:
@@ -826,6 +884,10 @@ def _lane_values(blocks: dict[str, list[str]],
       out = "load:" + text.split(",")[0][len("load"):].strip()
     elif op in _INTEGER_OPS:
       out = "int"
+    elif op == "phi" and name in merges:
+      out = _merge_form(text, where[name], lambda v, b: f"({expr(v, b)})")
+      if len(out) > _LIMIT:
+        out = f"phi#{hashlib.sha1(out.encode()).hexdigest()[:16]}"
     elif op == "phi":
       out = "phi:" + text.split("[")[0][len("phi"):].strip()
     else:
@@ -1034,6 +1096,7 @@ def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
 _LANE_MEMO: dict[tuple, tuple[tuple[str, int], ...]] = {}
 # `_definitions` and `_Semantics.stored` by function (its id, the function kept).
 _DEFINITIONS: dict[int, tuple[dict, tuple]] = {}
+_MERGES: dict[int, tuple[dict, frozenset[str]]] = {}
 _STORED: dict[int, tuple[dict, frozenset[str]]] = {}
 # `_function_values` and `same_semantics`' groups by function id and arguments, and
 # one object per function text (`_interned`).
@@ -1051,6 +1114,7 @@ def forget() -> None:
   values, semantic groups and form tables, the parsed and the interned functions."""
   _LANE_MEMO.clear()
   _DEFINITIONS.clear()
+  _MERGES.clear()
   _STORED.clear()
   _VALUES_MEMO.clear()
   _GROUPS_MEMO.clear()

@@ -1573,13 +1573,13 @@ def max_of_a_swapped_row_and_itself_in_branches(b0, b1, b2):
 def halved_and_tiled_rows_added_in_nested_branches(b0, b1, b2):
   """Long run seed 8800 #5975 at d0a1f55, shrunk by the fuzzer (inexact on tiny
   data: 2 of 768 elements, up to 2.3e-38, where `b2 * 0.5` is subnormal; also at
-  e08ad5e). The avoid round's candidate, whose kernels the comparison reads as
-  jax.jit's (each lane a product by 0.5 and an add in one block), rounds
-  otherwise in those elements: jax.jit's values are those of the subnormal
-  product flushed to zero before the add, inplace_jax's those of a fused
-  multiply-add (-3.4e-38 for -1.1e-38 + -2.3e-38 where jax.jit gives -2.3e-38).
-  Which kernel contracts, and why the comparison misses it, was not found. Not
-  fixed."""
+  e08ad5e). jax.jit's kernel splits its row loop on the row the
+  dynamic-update-slice writes; LLVM computes column 31's product on both paths
+  and sinks its add into the block where they meet, after a phi, so that add is
+  not contracted (the subnormal product is flushed first). The avoid round's
+  candidate contracts it. The kernel comparison read the phi as a leaf, saw no
+  product in that add, and found the same multiply-adds in the same shares;
+  `_llvm._merges` now reads such a phi as the values it merges."""
   v1 = b2[(jnp.arange(2, dtype=jnp.int32) * 1 + 0) % 24]
 
   def br2_0(b2):
@@ -1785,9 +1785,7 @@ REGRESSIONS = [
           "reads denormals as zero (inexact on tiny data)"),
     _case(halved_and_tiled_rows_added_in_nested_branches, f32("b0", 24, 32),
           Buf("b1", (32, 64), "bfloat16"), f32("b2", 24, 32), data="integer",
-          data_seed=1173529152,
-          known_failure="a subnormal product by 0.5 contracted in one program and "
-          "flushed in the other (inexact on tiny data); cause not found"),
+          data_seed=1173529152),
     _case(block_read_outside_jit_set_after_its_step, f32("b0", 48, 24), data="special",
           data_seed=1580826061),
 ]
