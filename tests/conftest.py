@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import jax
 
 # Eight CPU devices for the sharding tests; set before any backend starts.
@@ -44,6 +46,19 @@ class Compared:
   def big_copies(self, min_bytes=1024):
     return self.report.copies_over(min_bytes)
 
+  def again(self, *args):
+    """Runs the same `jax.jit` and `inplace_jax.jit` objects on fresh copies of
+    `args`, of the signature `compare` compiled for (another branch taken, say):
+    no compile, the same programs, so the reports stand; values must match
+    exactly, and inplace_jax must have run the program its report describes."""
+    c = self.comparison
+    report = self.fn.last_report
+    ref = c.reference_fn(*fresh(args))
+    out = self.fn(*fresh(args))
+    assert self.fn.last_report is report, "another signature: use compare"
+    assert_tree_equal(ref, out)
+    return self
+
   def ref_big_copies(self, min_bytes=1024):
     return self.ref_report.copies_over(min_bytes)
 
@@ -83,3 +98,64 @@ def compare(f, *args, donate_argnums=(0,), static_argnums=(), **jit_kwargs):
 @pytest.fixture
 def cmp():
   return compare
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class Batch:
+  """Requests for the fuzzer's worker processes (`fuzz.run_isolated`: XLA can
+  abort a process while compiling a program with barriers kept), started when
+  collection ends and run in the background while this process runs other
+  tests, so that both cores work. `select(items)` builds the requests for the
+  selected test items (none: nothing runs); `results()` waits for them."""
+
+  def __init__(self, select, workers: int = 2, timeout: float = 600):
+    self.select, self.workers, self.timeout = select, workers, timeout
+    self.requests: list[dict] = []
+    self._results: list[dict] = []
+    self._error: BaseException | None = None
+    self._done = threading.Event()
+
+  def run(self) -> None:
+    try:
+      from inplace_jax.testing import fuzz
+      self._results = list(fuzz.run_isolated(self.requests, self.workers, self.timeout))
+    except BaseException as e:  # noqa: BLE001 - reported by results()
+      self._error = e
+    finally:
+      self._done.set()
+
+  def results(self) -> list[dict]:
+    self._done.wait()
+    if self._error is not None:
+      raise RuntimeError("a background batch failed") from self._error
+    return self._results
+
+
+_BATCHES: list[Batch] = []
+
+
+def background_batch(select, workers: int = 2, timeout: float = 600) -> Batch:
+  """A `Batch` a test module declares at import; see `pytest_collection_finish`."""
+  b = Batch(select, workers, timeout)
+  _BATCHES.append(b)
+  return b
+
+
+def pytest_collection_finish(session):
+  """Starts every declared batch that the selected tests need, one after the other
+  on one thread."""
+  for b in _BATCHES:
+    b.requests = b.select(session.items)
+  todo = [b for b in _BATCHES if b.requests]
+  for b in _BATCHES:
+    if not b.requests:
+      b._done.set()
+
+  def run_all():
+    for b in todo:
+      b.run()
+
+  if todo:
+    threading.Thread(target=run_all, daemon=True).start()

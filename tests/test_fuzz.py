@@ -15,7 +15,8 @@ shrinks it.
 
 Programs run in two worker processes (`fuzz.run_isolated`): with barriers kept,
 XLA can abort the process while compiling, and that must fail one test, not end
-the session.
+the session. They start when collection ends (`conftest.background_batch`), beside
+the tests that run first.
 """
 
 import hashlib
@@ -27,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import inplace_jax
+from conftest import background_batch
 from inplace_jax.testing import fuzz
 from inplace_jax.testing.fuzz.shrink import candidates
 
@@ -61,14 +63,21 @@ class _SampleFigures:
                       f"{', '.join(map(str, idx))}")
 
 
+def _sample_requests(items) -> list[dict]:
+  wanted = sorted({item.callspec.params["index"] for item in items
+                   if item.originalname == "test_fuzz_sample"})
+  return [dict(op="run", seed=CI_SEED, index=i) for i in wanted]
+
+
+# Run from the end of collection, beside the tests before this module
+# (conftest.background_batch).
+SAMPLE = background_batch(_sample_requests, WORKERS)
+
+
 @pytest.fixture(scope="module")
 def sample_results(request):
   """Outcomes of the selected sample programs, computed in one isolated batch."""
-  wanted = sorted({item.callspec.params["index"] for item in request.session.items
-                   if item.originalname == "test_fuzz_sample"})
-  reqs = [dict(op="run", seed=CI_SEED, index=i) for i in wanted]
-  results = {r["index"]: fuzz.Outcome.from_dict(r)
-             for r in fuzz.run_isolated(reqs, WORKERS)}
+  results = {r["index"]: fuzz.Outcome.from_dict(r) for r in SAMPLE.results()}
   pm = request.config.pluginmanager
   if not pm.has_plugin("inplace_jax_fuzz_sample_figures"):
     pm.register(_SampleFigures(results), "inplace_jax_fuzz_sample_figures")

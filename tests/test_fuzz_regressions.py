@@ -4,8 +4,9 @@ The programs, each with a docstring saying where it was found, which oracle fail
 and what was measured then, are in tests/fuzz_regressions_programs.py
 (`REGRESSIONS`). Each runs under `jax.jit` and `inplace_jax.jit` (every argument
 donated) through the fuzzer's oracle (`inplace_jax.testing.fuzz.check_function`, on
-`inplace_jax._harness.compare`), in a worker process (`fuzz.Worker`) because some of
-them aborted the process inside XLA's compiler, and must not fail: bit-for-bit equal
+`inplace_jax._harness.compare`), in two worker processes (`fuzz.run_isolated`,
+started when collection ends: `conftest.background_batch`) because some of them
+aborted the process inside XLA's compiler, and must not fail: bit-for-bit equal
 outputs, verified HLO reports on both sides and no more copy bytes under
 inplace_jax.jit. A copy left without a cause ("unexplained") is reported by the
 fuzz sample, not failed here.
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import pytest
 
 import fuzz_regressions_programs as programs
+from conftest import background_batch
 from fuzz_regressions_programs import REGRESSIONS, Regression
 from inplace_jax.testing import fuzz
 
@@ -34,15 +36,38 @@ def worker():
   w.close()
 
 
+def _source(case: Regression) -> str:
+  return textwrap.dedent(inspect.getsource(case.fn))
+
+
+def _requests(items) -> list[dict]:
+  wanted = {item.callspec.params["case"].name for item in items
+            if item.originalname == "test_fuzz_regression"}
+  return [dict(op="source", source=_source(c), name=c.name, data=c.data,
+               data_seed=c.data_seed, index=k,
+               bufs=[[b.name, list(b.shape), b.dtype] for b in c.bufs])
+          for k, c in enumerate(REGRESSIONS) if c.name in wanted]
+
+
+# Checked on two worker processes from the end of collection, beside the tests
+# before this module (conftest.background_batch).
+BATCH = background_batch(_requests, workers=2, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+  """The oracle's outcome for each selected case, by the case's name."""
+  return {REGRESSIONS[r["index"]].name: fuzz.Outcome.from_dict(r)
+          for r in BATCH.results()}
+
+
 @pytest.mark.parametrize("case", [
     pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=c.known_failure))
     if c.known_failure else c for c in REGRESSIONS], ids=lambda c: c.name)
-def test_fuzz_regression(worker, case: Regression):
-  src = textwrap.dedent(inspect.getsource(case.fn))
-  o = worker.check_source(src, case.name, case.bufs, data=case.data,
-                          data_seed=case.data_seed)
+def test_fuzz_regression(outcomes, case: Regression):
+  o = outcomes[case.name]
   assert not o.failed, (f"{o.status} (jax.jit copies {o.jax_bytes} bytes, inplace_jax "
-                        f"{o.inplace_bytes}):\n{src}\n{o.detail}")
+                        f"{o.inplace_bytes}):\n{_source(case)}\n{o.detail}")
 
 
 def test_every_program_is_tested():
