@@ -956,6 +956,9 @@ def fingerprint(texts: Iterable[str]) -> frozenset[tuple[str, int]] | None:
 
 # What `Candidate.changed` names when the kernels' multiply-adds differ.
 CONTRACTIONS = "the multiply-adds of its kernels (their LLVM IR)"
+# What it names when LLVM folds arithmetic away in one program's kernels only
+# (`folds_alike`).
+FOLDS = "elements whose arithmetic LLVM folds away in one program's kernels only (their LLVM IR)"
 _SUM = re.compile(r"^(\^\()?(fadd|fsub) ")
 _PRODUCT = re.compile(r"\bfmul\b|llvm\.fma|fmuladd")
 _PLACEMENT = re.compile(r"\*(?:\d+|n)")
@@ -1022,6 +1025,9 @@ class Kernels:
   # Whether the reading wrote some product as a division (`_exact_scalings`):
   # where neither program's was, the reading without them is this one.
   scaled: bool = dataclasses.field(default=False, compare=False)
+  # The indices (into `functions`) of kernels that store a loaded value where
+  # their fusion computes arithmetic (`folded_kernels`).
+  folded: frozenset = dataclasses.field(default=frozenset(), compare=False)
 
 
 def read(texts: Sequence[str], constants: dict[str, dict[int, str]] | None = None,
@@ -1033,14 +1039,15 @@ def read(texts: Sequence[str], constants: dict[str, dict[int, str]] | None = Non
   return _read([f for text in texts for f in _functions(text, constants)], scalings)
 
 
-def _read(raw: Sequence[dict[str, list[str]]], scalings: bool) -> Kernels | None:
+def _read(raw: Sequence[dict[str, list[str]]], scalings: bool,
+          folded: frozenset[int] = frozenset()) -> Kernels | None:
   scaled = [_exact_scalings(f) for f in raw] if scalings else list(raw)
   functions = [_interned(f) for f in scaled]
   values, shares = _values(functions), _contractions(functions)
   if values is None or shares is None:
     return None
   return Kernels(frozenset(values.items()), shares, tuple(functions),
-                 scaled=any(a is not b for a, b in zip(scaled, raw)))
+                 scaled=any(a is not b for a, b in zip(scaled, raw)), folded=folded)
 
 
 def same_up_to_materialisation(a: Kernels, b: Kernels) -> bool:
@@ -1183,6 +1190,67 @@ def _shares(group: collections.Counter) -> dict:
   return {k: fractions.Fraction(n, total) for k, n in group.items()}
 
 
+_HLO_CALLS = re.compile(
+    r"^\s*(?:ROOT )?%([\w.\-]+) = [^(]\S* fusion\(.*\), kind=\w+, calls=%([\w.\-]+)")
+_HLO_COMPUTATION = re.compile(r"^%([\w.\-]+) \(.*\{$")
+_HLO_ROOT = re.compile(r"^\s*ROOT %[\w.\-]+ = [^(\s]\S* ([a-z][\w\-]*)\(")
+# Fusion roots that compute every element: each rounds or, under XLA:CPU's
+# denormals-are-zero, flushes a subnormal operand; a store of a loaded value is
+# none of them.
+_ARITHMETIC_ROOTS = frozenset(
+    "add subtract multiply divide maximum minimum clamp".split())
+_LOADED = re.compile(r"^\s*(%[\w.\-]+) = load (?:<\d+ x )?(?:half|bfloat|float|double)\b")
+_STORE_OF = re.compile(
+    r"^\s*store (?:volatile )?(?:<\d+ x )?(?:half|bfloat|float|double)>? (%[\w.\-]+),")
+
+
+def folded_kernels(texts: Sequence[str], hlo: str) -> frozenset[int]:
+  """The indices (in `_functions` order over `texts`) of the kernels whose fusion's
+  root is arithmetic (`_ARITHMETIC_ROOTS`) but which store a value as loaded:
+  LLVM folded the operation for those elements. jax.jit's kernel of a row swap
+  fused with `maximum(b, resize(v))` splits its row loop on the swapped rows; on
+  row 21 both operands are the same load, and LLVM folds `maximum(x, x)` to `x`,
+  so a subnormal is stored as it is, where a program that computes the maximum
+  flushes it (XLA:CPU reads denormals as zero; fuzz seed 8800 #4642). Neither
+  program's HLO nor the kernels' floating-point expressions show it."""
+  calls: dict[str, str] = {}
+  roots: dict[str, str] = {}
+  computation = None
+  for line in hlo.splitlines():
+    if m := _HLO_CALLS.match(line):
+      calls[m.group(1)] = m.group(2)
+    if m := _HLO_COMPUTATION.match(line):
+      computation = m.group(1)
+    elif computation is not None and (m := _HLO_ROOT.match(line)):
+      roots[computation] = m.group(1)
+  out: set[int] = set()
+  k = 0
+  for text in texts:
+    for name, body in _bodies(text):
+      fusion = calls.get(name) or calls.get(name.removesuffix("_wrapped"))
+      if fusion is not None and roots.get(fusion) in _ARITHMETIC_ROOTS:
+        loaded = set()
+        for line in body.splitlines():
+          if m := _LOADED.match(line):
+            loaded.add(m.group(1))
+          elif (m := _STORE_OF.match(line)) and m.group(1) in loaded:
+            out.add(k)
+            break
+      k += 1
+  return frozenset(out)
+
+
+def folds_alike(a: Kernels, b: Kernels) -> bool:
+  """Whether every kernel of either program that folds some element's arithmetic
+  away (`folded_kernels`) is one both programs compile alike (`_shared`): a
+  folding kernel stores those elements as loaded, where another kernel computes
+  them, and the two differ wherever an operand is subnormal."""
+  if not a.folded and not b.folded:
+    return True
+  both = _shared(a, b)
+  return all(id(k.functions[i]) in both for k in (a, b) for i in k.folded)
+
+
 class Dump:
   """The IR texts of one compile, read (`read`) on first use only: a program's
   kernels are compared only where a sequenced candidate's HLO leaves it open."""
@@ -1191,16 +1259,19 @@ class Dump:
     self._texts: Sequence[str] | None = texts
     self._hlo = hlo               # the program's optimised HLO text, on first use
     self._raw: list[dict[str, list[str]]] = []
+    self._folded: frozenset[int] = frozenset()
     self._kernels: dict[bool, Kernels | None] = {}
 
   def kernels(self, scalings: bool = True) -> Kernels | None:
     """The kernels read with exact scalings as divisions (`read`), or without."""
     if self._texts is not None:
-      constants = constant_arguments(self._hlo()) if self._hlo is not None else None
+      hlo = self._hlo() if self._hlo is not None else None
+      constants = constant_arguments(hlo) if hlo is not None else None
       self._raw = [f for text in self._texts for f in _functions(text, constants)]
+      self._folded = frozenset() if hlo is None else folded_kernels(self._texts, hlo)
       self._texts, self._hlo = None, None
     if scalings not in self._kernels:
-      self._kernels[scalings] = _read(self._raw, scalings)
+      self._kernels[scalings] = _read(self._raw, scalings, self._folded)
     return self._kernels[scalings]
 
 

@@ -1529,15 +1529,15 @@ def step_by_a_matmul_then_its_row_added_merged_clones(b0):
 
 def max_of_a_swapped_row_and_itself_in_branches(b0, b1, b2):
   """Long run seed 8800 #4642, at d0a1f55 (inexact on tiny data: 1 of 768
-  elements, -9.3e-39 where inplace_jax gives -0.0). Row 21 of b2 becomes row 23
+  elements, -9.3e-39 where inplace_jax gave -0.0). Row 21 of b2 becomes row 23
   (`v1`), then `jnp.maximum(b2, resize(v1))` takes the maximum of that row with
   itself. In jax.jit's kernel, which does the swap and the maximum in one loop,
   LLVM splits the loop on the row and, for row 21, folds `maximum(x, x)` to `x`:
   the subnormal is stored as it is. The materialised candidate loads the swapped
   row and runs the maximum, which XLA:CPU computes with denormals read as zero.
-  Neither fingerprint sees it: the HLO computes the same maximum, and a kernel
-  that stores a loaded value computes nothing the IR fingerprint lists. Not
-  fixed."""
+  Neither the HLO nor the kernels' expressions show it; a kernel whose fusion
+  computes arithmetic and stores a loaded value does (`_llvm.folded_kernels`),
+  and a candidate without that kernel is refused."""
   v1 = b2[23]
   b2 = b2.at[23].set(b2[21])
   b2 = b2.at[21].set(v1)
@@ -1780,9 +1780,7 @@ REGRESSIONS = [
           data="integer", data_seed=233049205),
     _case(max_of_a_swapped_row_and_itself_in_branches, Buf("b0", (12, 8), "bfloat16"),
           Buf("b1", (12, 8), "bfloat16"), f32("b2", 24, 32), data="normal",
-          data_seed=1639929849,
-          known_failure="LLVM folds maximum(x, x) in jax.jit's kernel only; XLA:CPU "
-          "reads denormals as zero (inexact on tiny data)"),
+          data_seed=1639929849),
     _case(halved_and_tiled_rows_added_in_nested_branches, f32("b0", 24, 32),
           Buf("b1", (32, 64), "bfloat16"), f32("b2", 24, 32), data="integer",
           data_seed=1173529152),
