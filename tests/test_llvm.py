@@ -1343,3 +1343,22 @@ def test_products_of_the_same_operands_in_one_block_share_their_uses():
   assert not _llvm.same_semantics(apart, merged)
   assert merged.values != apart.values
   assert _llvm.same_semantics(merged, _llvm.read([kernel(False)]))
+
+
+@pytest.mark.parametrize("data", ["tiny", "normal"])
+def test_a_maximum_llvm_folds_in_jax_jits_kernel_keeps_jax_jits_program(data):
+  """Fuzz seed 8800 #4642: jax.jit's kernel stores row 21 of `maximum(b, v)` as
+  loaded (LLVM folds `maximum(x, x)`), which keeps a subnormal that a computed
+  maximum flushes. No candidate without that kernel runs, and each copy it keeps
+  says why: the folded elements, not a multiply-add."""
+  import fuzz_regressions_programs as programs
+  from inplace_jax.testing import fuzz
+  case = next(c for c in programs.REGRESSIONS
+              if c.fn is programs.max_of_a_swapped_row_and_itself_in_branches)
+  r = compare(case.fn, *fuzz.make_inputs(case.bufs, case.data_seed, data),
+              donate_argnums=(0, 1, 2))
+  if not ON_CPU:
+    pytest.skip("XLA:CPU's kernels")
+  copies = r.report.buffer_copies(1024)
+  assert copies and any(_llvm.FOLDS in (c.cause or "") for c in copies), r.report
+  assert not any(_llvm.CONTRACTIONS in (c.cause or "") for c in copies), r.report
