@@ -48,7 +48,7 @@ import numpy as np
 from . import _compat as C
 from . import _exactness as X
 from . import _rules
-from ._graph import Graph
+from ._graph import FOLLOW, FOUND, STOP, Graph
 from ._plan import (
     BarrierSpec, Conflict, EqnInfo, FindingKind, Hints, InplaceUse, Plan, Step)
 from . import _traits
@@ -192,23 +192,11 @@ class _State:
     if not self.hints.avoid:
       return False
     memo = self.__dict__.setdefault("_avoid_memo", {})
-    stack, seen, found = [var], set(), False
-    while stack and not found:
-      w = stack.pop()
-      if w in seen:
-        continue
-      seen.add(w)
-      hit = memo.get(w)
-      if hit is not None:
-        found = hit
-        break
-      for c, _ in self.g.uses(w):
-        if source_key(self.g.eqns[c]) in self.hints.avoid:
-          found = True
-          break
-        stack.extend(o for o in self.g.eqns[c].outvars if not C.is_drop_var(o))
-    memo[var] = found
-    return found
+    if var not in memo:
+      avoid = self.hints.avoid
+      memo[var] = self.g.search_uses(
+          var, lambda w, k, e: FOUND if source_key(e) in avoid else FOLLOW)
+    return memo[var]
 
 
 def analyze_one(jaxpr, buffers: tuple[int, ...], in_loop: bool, manual: bool,
@@ -1062,20 +1050,12 @@ def _fused_onward(st: _State, w) -> bool:
 def _feeds_update(st: _State, w) -> bool:
   """Whether `w` reaches an update through operations XLA computes again in each
   reader (`fused_into_readers` at the round's clone level)."""
-  g = st.g
-  stack, seen = [w], set()
-  while stack:
-    x = stack.pop()
-    if x in seen:
-      continue
-    seen.add(x)
-    for c, _ in g.uses(x):
-      e = g.eqns[c]
-      if _traits.has(e.primitive, _traits.Trait.UPDATE):
-        return True
-      if fused_into_readers(e, st.hints.clone):
-        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
-  return False
+  def step(x, k, e) -> str:
+    if _traits.has(e.primitive, _traits.Trait.UPDATE):
+      return FOUND
+    return FOLLOW if fused_into_readers(e, st.hints.clone) else STOP
+
+  return st.g.search_uses(w, step)
 
 
 def _frontier_step(st: _State, c: int, u: int, w, region: set[int]):
@@ -1229,24 +1209,18 @@ def _moved_to_sensitive(st: _State, var) -> bool:
   """Whether every fusion-sensitive op `var` reaches reads it through data movement
   alone (a sum of a row of it, say): behind a barrier such an op reads memory, as
   under jax.jit, where XLA forwards the read to the buffer before the update."""
-  g = st.g
-  stack, seen = [var], set()
-  while stack:
-    w = stack.pop()
-    if w in seen:
-      continue
-    seen.add(w)
-    for c, _ in g.uses(w):
-      e = g.eqns[c]
-      outs = [o for o in e.outvars if not C.is_drop_var(o)]
-      if _traits.eqn_has(e, _traits.Trait.SENSITIVE):
-        continue
-      if _traits.eqn_has(e, _traits.Trait.DATA_MOVEMENT):
-        stack.extend(outs)
-      elif any(st.sensitive(o) for o in outs) or (
-          C.jaxprs_in_params(e.params) and st.sensitive(w)):
-        return False
-  return True
+  def step(w, k, e) -> str:
+    if _traits.eqn_has(e, _traits.Trait.SENSITIVE):
+      return STOP
+    if _traits.eqn_has(e, _traits.Trait.DATA_MOVEMENT):
+      return FOLLOW
+    outs = [o for o in e.outvars if not C.is_drop_var(o)]
+    if any(st.sensitive(o) for o in outs) or (
+        C.jaxprs_in_params(e.params) and st.sensitive(w)):
+      return FOUND       # a sensitive op reads more than moved data
+    return STOP
+
+  return not st.g.search_uses(var, step)
 
 
 def _weak_chain(st: _State, u: int, use: InplaceUse) -> frozenset[int]:

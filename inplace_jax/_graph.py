@@ -6,9 +6,13 @@ the order of effectful equations, plus the read-before-update edges the analysis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import _compat as C
+
+# What a `Graph.search_uses` step answers for an equation it reaches.
+FOUND, FOLLOW, STOP = "found", "follow", "stop"
 
 
 class Graph:
@@ -50,6 +54,25 @@ class Graph:
 
   def uses(self, v) -> list[tuple[int, int]]:
     return self.consumers.get(v, [])
+
+  def search_uses(self, var, step: Callable[[Any, int, Any], str]) -> bool:
+    """Whether `step(w, k, eqn)`, asked of each equation `k` that uses a value `w`
+    reached from `var`, answers FOUND for one: the outputs of those it answers
+    FOLLOW are reached too (dropped ones aside), those it answers STOP end there."""
+    stack, seen = [var], set()
+    while stack:
+      w = stack.pop()
+      if w in seen:
+        continue
+      seen.add(w)
+      for k, _ in self.uses(w):
+        e = self.eqns[k]
+        what = step(w, k, e)
+        if what == FOUND:
+          return True
+        if what == FOLLOW:
+          stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+    return False
 
   def is_live(self, v) -> bool:
     """Whether `v` is used by an equation or returned."""
