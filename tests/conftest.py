@@ -145,9 +145,9 @@ def background_batch(select, workers: int = 2, timeout: float = 600) -> Batch:
 
 def pytest_collection_finish(session):
   """Starts every declared batch that the selected tests need, one after the other
-  on one thread."""
+  on one thread (none where tests are only collected)."""
   for b in _BATCHES:
-    b.requests = b.select(session.items)
+    b.requests = [] if session.config.option.collectonly else b.select(session.items)
   todo = [b for b in _BATCHES if b.requests]
   for b in _BATCHES:
     if not b.requests:
