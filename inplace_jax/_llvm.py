@@ -1200,13 +1200,19 @@ _HLO_ROOT = re.compile(r"^\s*ROOT %[\w.\-]+ = [^(\s]\S* ([a-z][\w\-]*)\(")
 _ARITHMETIC_ROOTS = frozenset(
     "add subtract multiply divide maximum minimum clamp".split())
 _LOADED = re.compile(r"^\s*(%[\w.\-]+) = load (?:<\d+ x )?(?:half|bfloat|float|double)\b")
+# Operations that move a loaded value without rounding or flushing it: a sign
+# flip or clear (`-b` fused in, `x * -1` folded), lanes moved.
+_MOVED = re.compile(r"^\s*(%[\w.\-]+) = (?:fneg\b|(?:tail )?call\b.*@llvm\.fabs\.|"
+                    r"shufflevector\b|insertelement\b|extractelement\b|bitcast\b)(.*)$")
 _STORE_OF = re.compile(
     r"^\s*store (?:volatile )?(?:<\d+ x )?(?:half|bfloat|float|double)>? (%[\w.\-]+),")
 
 
 def folded_kernels(texts: Sequence[str], hlo: str) -> frozenset[int]:
   """The indices (in `_functions` order over `texts`) of the kernels whose fusion's
-  root is arithmetic (`_ARITHMETIC_ROOTS`) but which store a value as loaded:
+  root is arithmetic (`_ARITHMETIC_ROOTS`) but which store a value as loaded (or
+  moved without rounding: negated, lanes moved; fuzz seed 9000 #9355, `-b` fused
+  into the maximum):
   LLVM folded the operation for those elements. jax.jit's kernel of a row swap
   fused with `maximum(b, resize(v))` splits its row loop on the swapped rows; on
   row 21 both operands are the same load, and LLVM folds `maximum(x, x)` to `x`,
@@ -1233,6 +1239,10 @@ def folded_kernels(texts: Sequence[str], hlo: str) -> frozenset[int]:
         for line in body.splitlines():
           if m := _LOADED.match(line):
             loaded.add(m.group(1))
+          elif m := _MOVED.match(line):
+            operands = [v for v in _VALUE.findall(m.group(2))]
+            if operands and all(v in loaded for v in operands):
+              loaded.add(m.group(1))
           elif (m := _STORE_OF.match(line)) and m.group(1) in loaded:
             out.add(k)
             break

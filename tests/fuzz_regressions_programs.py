@@ -1604,6 +1604,28 @@ def halved_and_tiled_rows_added_in_nested_branches(b0, b1, b2):
 
 
 
+def negated_swapped_row_and_its_maximum(b0, b1, b2):
+  """Long run seed 9000 #9355, at e00dd2a (inexact on tiny data: 2 of 1,584
+  elements of b1, row 13; exact at 850173c). As #4642 above: jax.jit's kernel
+  folds `maximum(x, x)` on the swapped row, here storing `-x` (`-b1` fused in),
+  which `_llvm.folded_kernels` did not read as a moved load. e00dd2a refused the
+  candidate that ran before (its own kernel folds, in other code), and the next
+  round's, which computes the maximum there, ran. Moves that round nothing
+  (negation, lanes) now count as loads."""
+  b1 = -b1
+  v1 = b1[9]
+  b1 = b1.at[9].set(b1[13])
+  b1 = b1.at[13].set(v1)
+  b2 = jnp.where(b2 > 0, b2, jnp.resize(v1, (32, 24)))
+  b2 = b2.at[jnp.array([27, 25, 23, 27], dtype=jnp.int32),
+             (jnp.arange(4, dtype=jnp.int32) * 3 + jnp.int32(9)) % 24].add(
+                 jnp.resize(v1, (4,)))
+  b1 = jnp.maximum(b1, jnp.resize(v1, (33, 48)))
+  v2 = b1[jnp.argmax(b0[1]) % 33]
+  v3 = v1 + v2
+  return (b2, b0, v1, b1,)
+
+
 def block_read_outside_jit_set_after_its_step(b0):
   """Long run seed 8800 #6464, at d0a1f55 (value: row 47 wrong, 24 elements up
   to 2.2 off; at e08ad5e too). A block of b0 is sliced outside a nested `jit`
@@ -1784,6 +1806,8 @@ REGRESSIONS = [
     _case(halved_and_tiled_rows_added_in_nested_branches, f32("b0", 24, 32),
           Buf("b1", (32, 64), "bfloat16"), f32("b2", 24, 32), data="integer",
           data_seed=1173529152),
+    _case(negated_swapped_row_and_its_maximum, f32("b0", 24, 24), f32("b1", 33, 48),
+          f32("b2", 32, 24), data="normal", data_seed=565856656),
     _case(block_read_outside_jit_set_after_its_step, f32("b0", 48, 24), data="special",
           data_seed=1580826061),
 ]
