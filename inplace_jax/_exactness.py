@@ -27,6 +27,7 @@ import jax
 
 from . import _compat as C
 from . import _traits
+from ._graph import FOLLOW, FOUND, STOP, search_uses
 from ._rules import _registry as R
 from ._traits import Trait
 
@@ -279,24 +280,16 @@ def excess_precision(eqn, var, eqns, consumers) -> bool:
     e, seen = eqns[producer[src]], seen + 1
   if _traits.has(e.primitive, Trait.DATA_MOVEMENT):
     return False                        # a part of it moved: no round trip left
-  stack, done = [var], set()
-  while stack:
-    w = stack.pop()
-    if w in done:
-      continue
-    done.add(w)
-    for k, _ in consumers.get(w, ()):
-      c = eqns[k]
-      if c.primitive is C.convert_element_type_p:
-        new = c.params["new_dtype"]
-        if jax.numpy.issubdtype(new, jax.numpy.floating) and \
-            jax.numpy.dtype(new).itemsize > 2:
-          return True
-      elif R.call_body(c) is not None or _holds_body(c):
-        return True
-      elif _identity_move(c):
-        stack.extend(o for o in c.outvars if not C.is_drop_var(o))
-  return False
+  def step(w, k, c) -> str:
+    if c.primitive is C.convert_element_type_p:
+      new = c.params["new_dtype"]
+      return FOUND if (jax.numpy.issubdtype(new, jax.numpy.floating)
+                       and jax.numpy.dtype(new).itemsize > 2) else STOP
+    if R.call_body(c) is not None or _holds_body(c):
+      return FOUND
+    return FOLLOW if _identity_move(c) else STOP
+
+  return search_uses(eqns, consumers, var, step)
 
 
 def _identity_move(eqn) -> bool:

@@ -56,23 +56,8 @@ class Graph:
     return self.consumers.get(v, [])
 
   def search_uses(self, var, step: Callable[[Any, int, Any], str]) -> bool:
-    """Whether `step(w, k, eqn)`, asked of each equation `k` that uses a value `w`
-    reached from `var`, answers FOUND for one: the outputs of those it answers
-    FOLLOW are reached too (dropped ones aside), those it answers STOP end there."""
-    stack, seen = [var], set()
-    while stack:
-      w = stack.pop()
-      if w in seen:
-        continue
-      seen.add(w)
-      for k, _ in self.uses(w):
-        e = self.eqns[k]
-        what = step(w, k, e)
-        if what == FOUND:
-          return True
-        if what == FOLLOW:
-          stack.extend(o for o in e.outvars if not C.is_drop_var(o))
-    return False
+    """`search_uses` over this graph's equations."""
+    return search_uses(self.eqns, self.consumers, var, step)
 
   def is_live(self, v) -> bool:
     """Whether `v` is used by an equation or returned."""
@@ -117,3 +102,25 @@ class Graph:
       out.add(k)
       stack.extend(self.eqns[k].invars)
     return out
+
+
+def search_uses(eqns, consumers: dict[Any, list[tuple[int, int]]], var,
+                step: Callable[[Any, int, Any], str]) -> bool:
+  """Whether `step(w, k, eqns[k])`, asked of each equation `k` that uses a value
+  `w` reached from `var` (`consumers`: value -> (equation, operand) pairs), answers
+  FOUND for one: the outputs of those it answers FOLLOW are reached too (dropped
+  ones aside), those it answers STOP end there."""
+  stack, seen = [var], set()
+  while stack:
+    w = stack.pop()
+    if w in seen:
+      continue
+    seen.add(w)
+    for k, _ in consumers.get(w, ()):
+      e = eqns[k]
+      what = step(w, k, e)
+      if what == FOUND:
+        return True
+      if what == FOLLOW:
+        stack.extend(o for o in e.outvars if not C.is_drop_var(o))
+  return False

@@ -1240,7 +1240,7 @@ def folded_kernels(texts: Sequence[str], hlo: str) -> frozenset[int]:
           if m := _LOADED.match(line):
             loaded.add(m.group(1))
           elif m := _MOVED.match(line):
-            operands = [v for v in _VALUE.findall(m.group(2))]
+            operands = _VALUE.findall(m.group(2))
             if operands and all(v in loaded for v in operands):
               loaded.add(m.group(1))
           elif (m := _STORE_OF.match(line)) and m.group(1) in loaded:
